@@ -1,0 +1,89 @@
+// Command runbox-agent runs inside a sandbox container. It reads programs
+// from its stdin in the runner protocol (package agent), runs them one at a
+// time, and reports their output and exit on its stdout.
+//
+// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] -- LAUNCH...
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+)
+
+func main() {
+	ext := flag.String("ext", "", "file extension of programs, without the dot")
+	dir := flag.String("dir", "/data", "working directory of programs")
+	scratch := flag.String("scratch", "/tmp/runbox", "folder the program file is written to")
+	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
+	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
+	flag.Parse()
+	if *ext == "" || flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
+		os.Exit(2)
+	}
+	if *skel != "" {
+		if err := copyTree(*skel, "/tmp"); err != nil {
+			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
+		}
+	}
+	cfg := agent.Config{
+		Launch:   flag.Args(),
+		Ext:      *ext,
+		Dir:      *dir,
+		Scratch:  *scratch,
+		Sweep:    *sweep,
+		Env:      programEnv(os.Environ()),
+		OOMKills: agent.CgroupOOMKills,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := agent.Serve(ctx, cfg, os.Stdin, os.Stdout); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// programEnv is the agent's environment without its own settings.
+func programEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "RUNBOX_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// copyTree copies regular files and folders from src into dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o700)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(target, b, 0o600)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,367 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config says how the agent runs programs.
+type Config struct {
+	// Launch is the command that runs a program; the program's path is
+	// appended to it.
+	Launch []string
+	// Ext is the file extension the program is written with (no dot).
+	Ext string
+	// Dir is the program's working directory.
+	Dir string
+	// Scratch is where the program file is written.
+	Scratch string
+	// Sweep kills every other process of the sandbox after each run, so that
+	// nothing a program left in the background outlives it. Only for an agent
+	// that owns its whole process namespace.
+	Sweep bool
+	// Env is the environment a program starts with, before the run's own.
+	Env []string
+	// OOMKills returns how many times the OOM killer has fired in the
+	// sandbox; nil when unknown.
+	OOMKills func() (int64, bool)
+}
+
+// drainTimeout bounds the wait for a program's output pipes to close after
+// it exited (a background process may hold them).
+const drainTimeout = 2 * time.Second
+
+// Serve speaks the protocol on in and out until in ends or ctx is done. It
+// runs one program at a time.
+func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
+	fw := newFrameWriter(out)
+	if err := fw.writeJSON(frameHello, Hello{Version: Version}); err != nil {
+		return fmt.Errorf("write hello: %w", err)
+	}
+
+	type frame struct {
+		typ     byte
+		payload []byte
+	}
+	frames := make(chan frame)
+	readErr := make(chan error, 1)
+	go func() {
+		br := bufio.NewReaderSize(in, chunkSize)
+		for {
+			typ, payload, err := readFrame(br)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case frames <- frame{typ, payload}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var cur *process
+	exited := make(chan Exit, 1)
+	defer func() {
+		if cur != nil {
+			cur.kill()
+			<-exited
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read frame: %w", err)
+		case ex := <-exited:
+			cur = nil
+			if err := fw.writeJSON(frameExit, ex); err != nil {
+				return fmt.Errorf("write exit: %w", err)
+			}
+		case f := <-frames:
+			switch f.typ {
+			case frameRun:
+				if cur != nil {
+					if err := fw.writeJSON(frameFail, Failure{Message: "a program is already running"}); err != nil {
+						return err
+					}
+					continue
+				}
+				var run Run
+				if err := json.Unmarshal(f.payload, &run); err != nil {
+					if err := fw.writeJSON(frameFail, Failure{Message: "malformed run request"}); err != nil {
+						return err
+					}
+					continue
+				}
+				p, err := start(cfg, run, fw, exited)
+				if err != nil {
+					if err := fw.writeJSON(frameFail, Failure{Message: err.Error()}); err != nil {
+						return err
+					}
+					continue
+				}
+				cur = p
+			case frameStdin:
+				if cur != nil {
+					cur.stdin.push(f.payload)
+				}
+			case frameEOF:
+				if cur != nil {
+					cur.stdin.close()
+				}
+			case frameKill:
+				if cur != nil {
+					cur.kill()
+				}
+			}
+		}
+	}
+}
+
+// process is one running program.
+type process struct {
+	cmd   *exec.Cmd
+	stdin *stdinQueue
+	sweep bool
+}
+
+func start(cfg Config, run Run, fw *frameWriter, exited chan<- Exit) (*process, error) {
+	if len(cfg.Launch) == 0 {
+		return nil, errors.New("agent has no launch command")
+	}
+	if err := os.MkdirAll(cfg.Scratch, 0o700); err != nil {
+		return nil, fmt.Errorf("prepare scratch folder: %w", err)
+	}
+	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
+	if err := os.WriteFile(path, []byte(run.Code), 0o600); err != nil {
+		return nil, fmt.Errorf("write program: %w", err)
+	}
+
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW)
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(stdinR, stdinW, outR, outW)
+		return nil, err
+	}
+
+	cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = mergeEnv(cfg.Env, run.Env)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
+	// Its own session, so that killing the group reaches what it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	oomBefore, oomKnown := int64(0), false
+	if cfg.OOMKills != nil {
+		oomBefore, oomKnown = cfg.OOMKills()
+	}
+	err = cmd.Start()
+	closeAll(stdinR, outW, errW) // the child holds its own copies
+	if err != nil {
+		closeAll(stdinW, outR, errR)
+		return nil, fmt.Errorf("start program: %w", err)
+	}
+
+	p := &process{cmd: cmd, stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go relay(&wg, outR, frameStdout, fw)
+	go relay(&wg, errR, frameStderr, fw)
+	go p.stdin.run()
+
+	go func() {
+		waitErr := cmd.Wait()
+		// The program is gone; take what it left running with it, which
+		// also closes the pipes those processes held.
+		p.kill()
+		p.stdin.close()
+		drained := make(chan struct{})
+		go func() { wg.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(drainTimeout):
+			closeAll(outR, errR)
+			<-drained
+		}
+		ex := Exit{ExitCode: cmd.ProcessState.ExitCode()}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.Signal = int(ws.Signal())
+		}
+		if waitErr != nil && cmd.ProcessState == nil {
+			ex.ExitCode = -1
+		}
+		if oomKnown {
+			if n, ok := cfg.OOMKills(); ok && n > oomBefore {
+				ex.OOMKilled = true
+			}
+		}
+		exited <- ex
+	}()
+	return p, nil
+}
+
+// kill ends the program's process group and, when sweeping, every other
+// process in the sandbox but the agent and init.
+func (p *process) kill() {
+	pid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if p.sweep {
+		sweep()
+	}
+}
+
+// sweep kills every process it may, other than init and the agent itself.
+func sweep() {
+	self := os.Getpid()
+	if os.Getuid() == 0 {
+		return // never as root: that is not a sandbox
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 || pid == self {
+			continue
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// relay copies a program's output into frames until the pipe closes.
+func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter) {
+	defer wg.Done()
+	defer r.Close()
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if fw.write(typ, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// mergeEnv overlays a run's variables on the base environment.
+func mergeEnv(base []string, extra map[string]string) []string {
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := extra[k]; !ok {
+			env = append(env, kv)
+		}
+	}
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+// stdinQueue feeds a program's stdin without ever blocking the frame loop:
+// a program that does not read its input must not stop the agent from
+// hearing a kill.
+type stdinQueue struct {
+	w      *os.File
+	mu     sync.Mutex
+	cond   *sync.Cond
+	chunks [][]byte
+	closed bool
+}
+
+func newStdinQueue(w *os.File) *stdinQueue {
+	q := &stdinQueue{w: w}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *stdinQueue) push(p []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.chunks = append(q.chunks, p)
+		q.cond.Signal()
+	}
+}
+
+// close ends the input once what was queued is written.
+func (q *stdinQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Signal()
+}
+
+func (q *stdinQueue) run() {
+	defer q.w.Close()
+	for {
+		q.mu.Lock()
+		for len(q.chunks) == 0 && !q.closed {
+			q.cond.Wait()
+		}
+		if len(q.chunks) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		chunk := q.chunks[0]
+		q.chunks = q.chunks[1:]
+		q.mu.Unlock()
+		if _, err := q.w.Write(chunk); err != nil {
+			return // the program closed its stdin or exited
+		}
+	}
+}
+
+// CgroupOOMKills reads the OOM-kill counter of the sandbox's memory cgroup
+// (v1 or v2).
+func CgroupOOMKills() (int64, bool) {
+	for _, f := range []string{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
+}
