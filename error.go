@@ -1,0 +1,55 @@
+package runbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes, as clients see them in {error, message}.
+const (
+	EInvalid          = "invalid_argument"
+	EUnknownLanguage  = "unknown_language"
+	EInvalidPath      = "invalid_path"
+	ENotFound         = "not_found"
+	EFileExists       = "file_exists"
+	ETooLarge         = "too_large"
+	EArtifactTooLarge = "artifact_too_large"
+	EQuotaExceeded    = "quota_exceeded"
+	EBusy             = "busy"
+	ERateLimited      = "rate_limited"
+	EUnavailable      = "unavailable"
+	EUnauthorized     = "unauthorized"
+	EInternal         = "internal"
+)
+
+// Error is an error a client may see: a code and one sentence that names no
+// host path and no secret. Anything else that reaches an edge is reported as
+// EInternal and logged.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or
+// EInternal.
+func ErrorCode(err error) string {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the client-safe message of err.
+func ErrorMessage(err error) string {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,220 @@
+// Package config reads the service's configuration from the environment, as
+// the contract lists it. A bad value is an error naming the variable, so a
+// process can fail at start with one clear line.
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+)
+
+// Config is every setting of api and executor.
+type Config struct {
+	HTTPAddr       string
+	Tokens         map[string]string // token → client name
+	TokenGenerated bool              // no token was configured; one was made
+	RedisURL       string            // empty: embedded
+	SandboxRoot    string            // absolute
+	FileSecret     []byte            // empty: load or make one under SandboxRoot
+	FileURLTTL     time.Duration
+	PublicBaseURL  string
+
+	MemoryLimit   int64 // bytes
+	NanoCPUs      int64
+	PidsLimit     int64
+	ExecTimeout   time.Duration
+	MaxOutput     int
+	MaxCode       int
+	MaxUpload     int64
+	MaxRead       int64
+	QuotaBytes    int64
+	SessionTTL    time.Duration
+	Concurrency   int
+	ShutdownGrace time.Duration
+	ExecutorID    string
+
+	LogLevel  string
+	LogFormat string
+}
+
+// FromEnv reads the configuration through getenv (os.Getenv in production).
+func FromEnv(getenv func(string) string) (*Config, error) {
+	p := parser{getenv: getenv}
+	hostname, _ := os.Hostname()
+	c := &Config{
+		HTTPAddr:      p.str("MCP_HTTP_ADDR", ":8080"),
+		RedisURL:      p.str("REDIS_URL", ""),
+		SandboxRoot:   p.str("SANDBOX_ROOT", "./var/sandboxes"),
+		FileURLTTL:    p.duration("FILE_URL_TTL", 24*time.Hour),
+		PublicBaseURL: strings.TrimRight(p.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		MemoryLimit:   p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
+		NanoCPUs:      p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
+		PidsLimit:     int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
+		ExecTimeout:   p.duration("SANDBOX_EXEC_TIMEOUT", 60*time.Second),
+		MaxOutput:     p.positive("SANDBOX_MAX_OUTPUT_BYTES", 102400),
+		MaxCode:       p.positive("SANDBOX_MAX_CODE_BYTES", 102400),
+		MaxUpload:     int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800)),
+		MaxRead:       int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760)),
+		QuotaBytes:    int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
+		SessionTTL:    p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
+		Concurrency:   p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
+		ShutdownGrace: p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
+		ExecutorID:    p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
+		LogLevel:      p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		LogFormat:     p.oneOf("LOG_FORMAT", "text", "text", "json"),
+	}
+	c.Tokens = p.tokens()
+	if secret := getenv("FILE_SECRET"); secret != "" {
+		if len(secret) < 16 {
+			p.fail("FILE_SECRET", "must be at least 16 characters")
+		}
+		c.FileSecret = []byte(secret)
+	}
+	if c.RedisURL != "" {
+		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
+			p.fail("REDIS_URL", "must be a redis:// or rediss:// URL")
+		}
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.fail("PUBLIC_BASE_URL", "must be an http(s) URL")
+	}
+	if c.ExecTimeout < time.Second {
+		p.fail("SANDBOX_EXEC_TIMEOUT", "must be at least 1s")
+	}
+	if c.MemoryLimit < 16<<20 {
+		p.fail("SANDBOX_MEMORY_LIMIT", "must be at least 16m")
+	}
+	if !validExecutorID(c.ExecutorID) {
+		p.fail("EXECUTOR_ID", "may hold only letters, digits, '.', '_' and '-' (at most 64)")
+	}
+	if root, err := filepath.Abs(c.SandboxRoot); err == nil {
+		c.SandboxRoot = root
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return c, nil
+}
+
+// MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.
+func (c *Config) MaxTimeoutSeconds() int { return int(c.ExecTimeout / time.Second) }
+
+func validExecutorID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// parser keeps the first error, so FromEnv reads as a list of settings.
+type parser struct {
+	getenv func(string) string
+	err    error
+}
+
+func (p *parser) fail(name, msg string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("config: %s %s", name, msg)
+	}
+}
+
+func (p *parser) str(name, def string) string {
+	return cmp.Or(strings.TrimSpace(p.getenv(name)), def)
+}
+
+func (p *parser) duration(name string, def time.Duration) time.Duration {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		p.fail(name, fmt.Sprintf("must be a positive duration such as 30s or 24h (got %q)", v))
+		return def
+	}
+	return d
+}
+
+func (p *parser) positive(name string, def int) int {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		p.fail(name, fmt.Sprintf("must be a positive integer (got %q)", v))
+		return def
+	}
+	return n
+}
+
+func (p *parser) bytes(name, def string) int64 {
+	v := p.str(name, def)
+	n, err := units.RAMInBytes(v)
+	if err != nil || n <= 0 {
+		p.fail(name, fmt.Sprintf("must be a size such as 512m or 1g (got %q)", v))
+		return 0
+	}
+	return n
+}
+
+func (p *parser) cpus(name, def string) int64 {
+	v := p.str(name, def)
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || f > float64(runtime.NumCPU()*4) {
+		p.fail(name, fmt.Sprintf("must be a positive number of cores such as 1.0 (got %q)", v))
+		return 0
+	}
+	return int64(f * 1e9)
+}
+
+func (p *parser) oneOf(name, def string, allowed ...string) string {
+	v := strings.ToLower(p.str(name, def))
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	p.fail(name, fmt.Sprintf("must be one of %s (got %q)", strings.Join(allowed, ", "), v))
+	return def
+}
+
+// tokens reads MCP_API_TOKEN and MCP_API_TOKENS into token → client name.
+func (p *parser) tokens() map[string]string {
+	tokens := map[string]string{}
+	if t := strings.TrimSpace(p.getenv("MCP_API_TOKEN")); t != "" {
+		tokens[t] = "default"
+	}
+	for entry := range strings.SplitSeq(p.getenv("MCP_API_TOKENS"), ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		name, token, ok := strings.Cut(entry, ":")
+		if !ok || name == "" || token == "" {
+			p.fail("MCP_API_TOKENS", "must be name:token pairs separated by commas")
+			continue
+		}
+		tokens[token] = name
+	}
+	for t := range tokens {
+		if len(t) < 8 {
+			p.fail("MCP_API_TOKEN", "tokens must be at least 8 characters")
+		}
+	}
+	return tokens
+}

@@ -1,0 +1,126 @@
+package store
+
+import "github.com/redis/go-redis/v9"
+
+// Events are stored as JSON objects without their seq; the scripts number
+// them under the run's lock-free HINCRBY and splice the seq in front, so seq
+// is assigned where the event is appended and can never repeat or skip.
+
+// createScript records a new run and its queued event.
+//
+// KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs
+// ARGV[1] run id, ARGV[2] created (unix ms), ARGV[3] channel, ARGV[4] ttl (s),
+// ARGV[5] queued event, ARGV[6..] field/value pairs of the run hash.
+// Returns 1, or 0 when the run exists.
+var createScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 6))
+local ev = '{"seq":1,' .. string.sub(ARGV[5], 2)
+redis.call('RPUSH', KEYS[2], ev)
+redis.call('PUBLISH', ARGV[3], ev)
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+return 1
+`)
+
+// transitionScript moves a run between statuses, updates its lease and
+// fields, and appends events, all or nothing.
+//
+// KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases
+// ARGV[1] run id
+// ARGV[2] statuses the run must be in, space separated ("" = any)
+// ARGV[3] new status ("" = unchanged)
+// ARGV[4] lease operation: "set", "del", "expired" (only if the lease has
+//
+//	expired, then del) or ""
+//
+// ARGV[5] lease length (ms) for "set"
+// ARGV[6] channel, ARGV[7] ttl (s)
+// ARGV[8] n, the number of field/value pairs that follow
+// ARGV[9 .. 8+2n] field/value pairs; ARGV[9+2n ..] events
+// Returns {1, last seq} or {0, current status} when nothing was done.
+var transitionScript = redis.NewScript(`
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {0, ''} end
+if ARGV[2] ~= '' and not string.find(' ' .. ARGV[2] .. ' ', ' ' .. status .. ' ', 1, true) then
+  return {0, status}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[4] == 'expired' then
+  local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if exp and tonumber(exp) > now then return {0, status} end
+  redis.call('ZREM', KEYS[3], ARGV[1])
+elseif ARGV[4] == 'set' then
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
+elseif ARGV[4] == 'del' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'status', ARGV[3]) end
+local n = tonumber(ARGV[8])
+for i = 0, n - 1 do
+  redis.call('HSET', KEYS[1], ARGV[9 + 2 * i], ARGV[10 + 2 * i])
+end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
+for i = 9 + 2 * n, #ARGV do
+  seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2)
+  redis.call('RPUSH', KEYS[2], ev)
+  redis.call('PUBLISH', ARGV[6], ev)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('EXPIRE', KEYS[2], ARGV[7])
+return {1, seq}
+`)
+
+// renewScript extends leases that still exist.
+//
+// KEYS[1] leases; ARGV[1] lease length (ms); ARGV[2..] run ids.
+// Returns the ids that have no lease any more.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lost = {}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+  else
+    table.insert(lost, ARGV[i])
+  end
+end
+return lost
+`)
+
+// expiredScript lists runs whose lease has run out, by Redis's clock.
+//
+// KEYS[1] leases; ARGV[1] most ids to return.
+var expiredScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+`)
+
+// heartbeatScript registers an executor as alive.
+//
+// KEYS[1] executors zset, KEYS[2] the executor's info
+// ARGV[1] executor id, ARGV[2] info JSON, ARGV[3] ttl (ms)
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+return 1
+`)
+
+// liveExecutorsScript returns the ids of executors whose heartbeat is
+// current.
+//
+// KEYS[1] executors zset
+var liveExecutorsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+`)

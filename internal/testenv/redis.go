@@ -1,0 +1,120 @@
+// Package testenv starts the real services that integration tests run
+// against: a redis-server on a free loopback port, and checks for Docker.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis starts a real redis-server for the test and returns its URL. The
+// server is stopped when the test ends. A machine without redis-server
+// fails the test: integration tests must not skip in CI.
+func Redis(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not installed (apt-get install redis-server): integration tests need it")
+	}
+	port := FreePort(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	opt, _ := redis.ParseURL(url)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return url
+}
+
+// Miniredis starts an in-process Redis for unit tests.
+func Miniredis(t testing.TB) (*miniredis.Miniredis, string) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	return mr, "redis://" + mr.Addr() + "/0"
+}
+
+// Client returns a go-redis client for url, closed when the test ends.
+func Client(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// RepoRoot returns the module's root folder.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's folder")
+		}
+		dir = parent
+	}
+}
+
+// Lines reads a file's lines; a missing file has none.
+func Lines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
