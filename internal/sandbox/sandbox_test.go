@@ -1,0 +1,229 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+func newManager(t *testing.T, limits Limits) (*Manager, *client.Client) {
+	t.Helper()
+	docker := testenv.Docker(t)
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits})
+	runners, err := m.Discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runners) < 3 {
+		t.Fatalf("runners %v: run make images first", runners)
+	}
+	t.Cleanup(func() {
+		if n := m.Live(); n != 0 {
+			t.Errorf("%d containers left tracked", n)
+		}
+		assertNoContainers(t, docker, m.opts.ExecutorID)
+	})
+	return m, docker
+}
+
+func assertNoContainers(t *testing.T, docker *client.Client, executor string) {
+	t.Helper()
+	res, err := docker.ContainerList(context.Background(), client.ContainerListOptions{
+		All: true, Filters: client.Filters{}.Add("label", LabelExecutor+"="+executor),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Items) != 0 {
+		t.Errorf("%d containers left behind", len(res.Items))
+	}
+}
+
+var defaultLimits = Limits{Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}
+
+type capture struct {
+	mu             sync.Mutex
+	stdout, stderr strings.Builder
+	times          []time.Time
+}
+
+func (c *capture) output(s Stream, p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.times = append(c.times, time.Now())
+	if s == Stdout {
+		c.stdout.Write(p)
+	} else {
+		c.stderr.Write(p)
+	}
+}
+
+func dataDir(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestRunLanguages(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	tests := []struct {
+		name, lang, code, stdin string
+		wantOut, wantErr        string
+		wantCode                int
+	}{
+		{"python", "python", "print(2+2)", "", "4\n", "", 0},
+		{"python traceback", "python", "x = {}\nx['missing']", "", "", "KeyError: 'missing'", 1},
+		{"python stdin", "python", "print(input()[::-1])", "olleh\n", "hello\n", "", 0},
+		{"python exit code", "python", "import sys; sys.exit(7)", "", "", "", 7},
+		{"typescript with types and imports", "typescript",
+			"import { join } from 'node:path';\nconst n: number = 21;\nfunction twice(x: number): number { return x * 2 }\nconsole.log(join('a', 'b'), twice(n));",
+			"", "a/b 42\n", "", 0},
+		{"typescript syntax error", "typescript", "const x: = ;", "", "", "ERROR", 1},
+		{"bash", "bash", "echo $((6*7)); pwd", "", "42\n/data\n", "", 0},
+		{"non-root without capabilities", "bash", "id -u; grep CapEff /proc/self/status", "", "1000\nCapEff:\t0000000000000000\n", "", 0},
+		{"no network", "python",
+			"import socket\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=2)\n  print('connected')\nexcept OSError as e:\n  print('blocked')",
+			"", "blocked\n", "", 0},
+		{"read-only root", "bash", "touch /usr/x 2>/dev/null || echo ro", "", "ro\n", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var c capture
+			req := Request{RunID: rand.Text()[:10], ConversationID: "c", Language: tt.lang, Code: tt.code,
+				Timeout: 30 * time.Second, DataDir: dataDir(t)}
+			if tt.stdin != "" {
+				req.Stdin = strings.NewReader(tt.stdin)
+			}
+			oc, err := m.Run(context.Background(), req, c.output)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if oc.ExitCode != tt.wantCode {
+				t.Errorf("exit code %d, want %d (stderr %q)", oc.ExitCode, tt.wantCode, c.stderr.String())
+			}
+			if c.stdout.String() != tt.wantOut {
+				t.Errorf("stdout %q, want %q", c.stdout.String(), tt.wantOut)
+			}
+			if !strings.Contains(c.stderr.String(), tt.wantErr) {
+				t.Errorf("stderr %q, want it to contain %q", c.stderr.String(), tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRunTimeoutKillsSandbox(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	start := time.Now()
+	oc, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: "c", Language: "python",
+		Code: "while True: pass", Timeout: 2 * time.Second, DataDir: dataDir(t)}, func(Stream, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !oc.TimedOut || oc.ExitCode != -1 {
+		t.Errorf("outcome %+v, want timed out", oc)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	ctx, cancel := context.WithCancel(context.Background())
+	var c capture
+	go func() {
+		for {
+			c.mu.Lock()
+			up := strings.Contains(c.stdout.String(), "up")
+			c.mu.Unlock()
+			if up {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	oc, err := m.Run(ctx, Request{RunID: rand.Text()[:10], ConversationID: "c", Language: "bash",
+		Code: "echo up; sleep 60", Timeout: time.Minute, DataDir: dataDir(t)}, c.output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !oc.Cancelled || oc.TimedOut {
+		t.Errorf("outcome %+v, want cancelled", oc)
+	}
+}
+
+func TestRunOOM(t *testing.T) {
+	m, _ := newManager(t, Limits{Memory: 64 << 20, NanoCPUs: 1e9, Pids: 64})
+	oc, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: "c", Language: "python",
+		Code: "x = bytearray(512 << 20)\nprint('survived')", Timeout: 30 * time.Second, DataDir: dataDir(t)}, func(Stream, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !oc.OOMKilled || oc.ExitCode == 0 {
+		t.Errorf("outcome %+v, want OOM killed", oc)
+	}
+}
+
+func TestRunStreamsOutput(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	var c capture
+	_, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: "c", Language: "python",
+		Code: "import time\nprint('a')\ntime.sleep(2)\nprint('b')", Timeout: 30 * time.Second, DataDir: dataDir(t)}, c.output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.times) != 2 {
+		t.Fatalf("%d output chunks (%q), want 2", len(c.times), c.stdout.String())
+	}
+	if gap := c.times[1].Sub(c.times[0]); gap < 1500*time.Millisecond {
+		t.Errorf("chunks %v apart, want about 2s", gap)
+	}
+}
+
+func TestRunWritesData(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	dir := dataDir(t)
+	_, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: "c", Language: "python",
+		Code: "import pandas as pd\npd.DataFrame({'a': [1, 2]}).to_csv('result.csv', index=False)", Timeout: 60 * time.Second, DataDir: dir},
+		func(Stream, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dir + "/result.csv")
+	if err != nil || string(b) != "a\n1\n2\n" {
+		t.Errorf("result.csv = %q, %v", b, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("data folder holds %v, want only result.csv", entries)
+	}
+}
+
+func TestReapRemovesOrphans(t *testing.T) {
+	m, docker := newManager(t, defaultLimits)
+	// A container of this executor that the manager does not track, as one
+	// left by a crashed process would be.
+	opts := m.containerConfig(m.runners["bash"], Request{RunID: "orphan-" + rand.Text()[:8], ConversationID: "c", DataDir: dataDir(t)})
+	if _, err := docker.ContainerCreate(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	n, err := m.Reap(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("reaped %d, want 1", n)
+	}
+}
