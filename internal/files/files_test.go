@@ -1,0 +1,251 @@
+package files
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+)
+
+func newFolders(t *testing.T) (*Folders, string) {
+	t.Helper()
+	f, err := NewFolders(t.TempDir(), os.Getuid(), os.Getgid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := f.Ensure("conv1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, dir
+}
+
+func TestOpenStaysInsideTheFolder(t *testing.T) {
+	f, dir := newFolders(t)
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	os.WriteFile(secret, []byte("host"), 0o644)
+	os.WriteFile(filepath.Join(dir, "ok.csv"), []byte("a,b\n"), 0o644)
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "sub", "x.txt"), []byte("x"), 0o644)
+	os.Symlink(secret, filepath.Join(dir, "abs-link"))
+	os.Symlink("../../../../../../../../etc/passwd", filepath.Join(dir, "rel-link"))
+	os.Symlink(filepath.Dir(secret), filepath.Join(dir, "dir-link"))
+	syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644)
+
+	tests := []struct {
+		name    string
+		want    string
+		wantErr string
+	}{
+		{"ok.csv", "a,b\n", ""},
+		{"/data/ok.csv", "a,b\n", ""},
+		{"sub/x.txt", "x", ""},
+		{"missing", "", runbox.ENotFound},
+		{"abs-link", "", runbox.ENotFound},
+		{"rel-link", "", runbox.ENotFound},
+		{"dir-link/host-secret", "", runbox.ENotFound},
+		{"fifo", "", runbox.ENotFound},
+		{"sub", "", runbox.ENotFound},
+		{"../files/ok.csv", "", runbox.EInvalidPath},
+		{"../../etc/passwd", "", runbox.EInvalidPath},
+		{"/etc/passwd", "", runbox.EInvalidPath},
+		{"sub/../ok.csv", "", runbox.EInvalidPath},
+		{"a\x00b", "", runbox.EInvalidPath},
+		{"", "", runbox.EInvalidPath},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				file, _, err := f.Open("conv1", tt.name)
+				if tt.wantErr != "" {
+					if runbox.ErrorCode(err) != tt.wantErr {
+						t.Errorf("Open(%q) error %v, want %s", tt.name, err, tt.wantErr)
+					}
+					if file != nil {
+						file.Close()
+					}
+					return
+				}
+				if err != nil {
+					t.Errorf("Open(%q): %v", tt.name, err)
+					return
+				}
+				defer file.Close()
+				b, _ := io.ReadAll(file)
+				if string(b) != tt.want {
+					t.Errorf("read %q, want %q", b, tt.want)
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Open blocked")
+			}
+		})
+	}
+	if _, _, err := f.Open("../conv1", "ok.csv"); runbox.ErrorCode(err) != runbox.EInvalid {
+		t.Errorf("conversation id with ..: %v", err)
+	}
+}
+
+func TestListSkipsLinksAndSpecialFiles(t *testing.T) {
+	f, dir := newFolders(t)
+	os.WriteFile(filepath.Join(dir, "b.png"), []byte("png"), 0o644)
+	os.WriteFile(filepath.Join(dir, "a.csv"), []byte("csv!"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "out", "deep"), 0o755)
+	os.WriteFile(filepath.Join(dir, "out", "deep", "c.txt"), nil, 0o644)
+	os.Symlink("/etc", filepath.Join(dir, "etc"))
+	os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
+	syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644)
+
+	entries, err := f.List("conv1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	if got := strings.Join(names, " "); got != "a.csv b.png out/deep/c.txt" {
+		t.Errorf("listed %q", got)
+	}
+	if entries[0].Size != 4 {
+		t.Errorf("size %d", entries[0].Size)
+	}
+	if none, err := f.List("never-used"); err != nil || len(none) != 0 {
+		t.Errorf("missing folder lists %v, %v", none, err)
+	}
+}
+
+func TestChanged(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	before := []Entry{{"same", 1, t0}, {"grown", 1, t0}, {"touched", 1, t0}, {"deleted", 1, t0}}
+	after := []Entry{{"same", 1, t0}, {"grown", 2, t0}, {"touched", 1, t0.Add(time.Nanosecond)}, {"new", 1, t0}}
+	var got []string
+	for _, e := range Changed(before, after) {
+		got = append(got, e.Name)
+	}
+	if strings.Join(got, " ") != "grown touched new" {
+		t.Errorf("changed = %v", got)
+	}
+}
+
+func TestSigner(t *testing.T) {
+	s := NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://h:1/", time.Hour)
+	u := s.URL("conv1", "out/result file.csv")
+	if !strings.HasPrefix(u, "http://h:1/files/conv1/out/result%20file.csv?exp=") {
+		t.Fatalf("URL %s", u)
+	}
+	exp, sig := query(t, u)
+	tests := []struct {
+		name           string
+		cid, file, exp string
+		sig            string
+		want           bool
+	}{
+		{"valid", "conv1", "out/result file.csv", exp, sig, true},
+		{"other file", "conv1", "out/other.csv", exp, sig, false},
+		{"other conversation", "conv2", "out/result file.csv", exp, sig, false},
+		{"changed digit", "conv1", "out/result file.csv", exp, flip(sig), false},
+		{"extended expiry", "conv1", "out/result file.csv", exp + "0", sig, false},
+		{"not hex", "conv1", "out/result file.csv", exp, "zz", false},
+		{"empty", "conv1", "out/result file.csv", "", "", false},
+	}
+	for _, tt := range tests {
+		if got := s.Verify(tt.cid, tt.file, tt.exp, tt.sig); got != tt.want {
+			t.Errorf("%s: Verify = %v", tt.name, got)
+		}
+	}
+	s.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	if s.Verify("conv1", "out/result file.csv", exp, sig) {
+		t.Error("expired URL verified")
+	}
+}
+
+func query(t *testing.T, u string) (exp, sig string) {
+	_, q, _ := strings.Cut(u, "?")
+	for kv := range strings.SplitSeq(q, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "exp":
+			exp = v
+		case "sig":
+			sig = v
+		}
+	}
+	if exp == "" || sig == "" {
+		t.Fatalf("URL %s lacks exp or sig", u)
+	}
+	return exp, sig
+}
+
+func flip(hexsig string) string {
+	b := []byte(hexsig)
+	if b[0] == '0' {
+		b[0] = '1'
+	} else {
+		b[0] = '0'
+	}
+	return string(b)
+}
+
+func TestLoadOrCreateSecret(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sub", "secret")
+	a, err := LoadOrCreateSecret(file)
+	if err != nil || len(a) < 32 {
+		t.Fatalf("secret %q, %v", a, err)
+	}
+	b, _ := LoadOrCreateSecret(file)
+	if string(a) != string(b) {
+		t.Error("secret changed across loads")
+	}
+	if info, _ := os.Stat(file); info.Mode().Perm() != 0o600 {
+		t.Errorf("secret mode %v", info.Mode())
+	}
+}
+
+func TestMimeType(t *testing.T) {
+	for name, want := range map[string]string{
+		"a.CSV": "text/csv; charset=utf-8", "chart.png": "image/png", "r.pdf": "application/pdf", "blob": "application/octet-stream",
+	} {
+		if got := MimeType(name); got != want {
+			t.Errorf("MimeType(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func FuzzCleanName(f *testing.F) {
+	for _, s := range []string{"a.csv", "../x", "/etc/passwd", "a/b", ".env", "a\x00b", "sub/../x", "/data/x", strings.Repeat("a", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		clean, err := CleanName(name)
+		if err != nil {
+			return
+		}
+		if filepath.IsAbs(clean) || strings.Contains(clean, "\x00") || !filepath.IsLocal(clean) {
+			t.Fatalf("CleanName(%q) = %q: not a local path", name, clean)
+		}
+	})
+}
+
+func FuzzConversationID(f *testing.F) {
+	for _, s := range []string{"conv1", "..", "a/b", "a b", "", strings.Repeat("x", 65), "sess_0123456789ab"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if !runbox.ValidConversationID(id) {
+			return
+		}
+		if !filepath.IsLocal(id) || strings.ContainsAny(id, "/\\.\x00") || len(id) > 64 {
+			t.Fatalf("ValidConversationID accepted %q", id)
+		}
+	})
+}
