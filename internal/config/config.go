@@ -6,6 +6,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		RedisURL:      p.str("REDIS_URL", ""),
 		SandboxRoot:   p.str("SANDBOX_ROOT", "./var/sandboxes"),
 		FileURLTTL:    p.duration("FILE_URL_TTL", 24*time.Hour),
-		PublicBaseURL: strings.TrimRight(p.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		PublicBaseURL: strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
 		MemoryLimit:   p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
 		NanoCPUs:      p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
 		PidsLimit:     int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
@@ -103,6 +104,14 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// defaultBaseURL is http://localhost on the port api listens on.
+func defaultBaseURL(addr string) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" && port != "0" {
+		return "http://localhost:" + port
+	}
+	return "http://localhost:8080"
 }
 
 // MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.

@@ -1,0 +1,43 @@
+// Command api serves the code execution service: MCP (Streamable HTTP at
+// /mcp, HTTP+SSE at /mcp/events, or stdio with --stdio), the REST API,
+// signed downloads, the playground and the queue dashboard. Without
+// REDIS_URL it embeds Redis and an executor, so that it needs nothing but
+// Docker.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/runbox-dev/runbox/internal/app"
+	"github.com/runbox-dev/runbox/internal/config"
+)
+
+func main() {
+	stdio := flag.Bool("stdio", false, "serve MCP on stdin and stdout instead of HTTP")
+	flag.Parse()
+	if err := run(*stdio); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(stdio bool) error {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return app.RunAPI(ctx, cfg, app.APIOptions{
+		Stdio:  stdio,
+		Stdin:  os.Stdin,
+		Stdout: os.Stdout,
+		Banner: os.Stderr,
+		Logger: app.NewLogger(cfg, os.Stderr),
+	})
+}

@@ -1,0 +1,245 @@
+// Package api is the HTTP face of the service, on Echo: MCP over Streamable
+// HTTP and HTTP+SSE, the REST API, signed file downloads, the playground
+// page, the queue dashboard, metrics and health checks.
+package api
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/runs"
+)
+
+//go:embed playground.html
+var static embed.FS
+
+// Check is a readiness check: nil when the dependency answers.
+type Check func(ctx context.Context) error
+
+// Options are what the HTTP server serves.
+type Options struct {
+	Tokens  *auth.Tokens
+	Runs    *runs.Service
+	MCP     *mcp.Server
+	Folders *files.Folders
+	Signer  *files.Signer
+	// Queue is the Redis the dashboard reads.
+	Queue asynq.RedisConnOpt
+	// Ready are the readiness checks, by name.
+	Ready map[string]Check
+	// MaxBody bounds a request body (MCP messages, uploads).
+	MaxBody  int64
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// Server handles the service's HTTP requests.
+type Server struct {
+	opts      Options
+	log       *slog.Logger
+	echo      *echo.Echo
+	dashboard *asynqmon.HTTPHandler
+	// closing ends long-lived streams when the server shuts down.
+	closing context.Context
+	close   context.CancelFunc
+}
+
+// New builds the server and its routes.
+func New(opts Options) *Server {
+	closing, closeFn := context.WithCancel(context.Background())
+	s := &Server{opts: opts, log: opts.Logger.With("component", "http"), closing: closing, close: closeFn}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(middleware.Recover(), s.logRequests)
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.ready)
+	e.GET("/", s.playground)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
+	e.GET("/files/*", s.download)
+	e.HEAD("/files/*", s.download)
+
+	authed := e.Group("", s.requireToken(false))
+	// Bearer tokens guard the MCP endpoints, so the SDK's DNS-rebinding
+	// check (which also rejects reverse proxies on loopback) is not needed.
+	streamable := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
+		&mcpsdk.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
+	sse := mcpsdk.NewSSEHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
+		&mcpsdk.SSEOptions{DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
+	authed.Any("/mcp", echo.WrapHandler(streamable))
+	authed.Any("/mcp/events", echo.WrapHandler(s.closeOnShutdown(sse)))
+
+	v1 := authed.Group("/v1")
+	v1.POST("/runs", s.createRun)
+	v1.GET("/runs/:id", s.getRun)
+	v1.GET("/runs/:id/events", s.runEvents)
+	v1.GET("/runners", s.listRunners)
+
+	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opts.Queue, ReadOnly: true})
+	mon := e.Group("/monitoring", s.requireToken(true))
+	mon.Any("", echo.WrapHandler(s.dashboard))
+	mon.Any("/*", echo.WrapHandler(s.dashboard))
+	s.echo = e
+	return s
+}
+
+// ServeHTTP serves a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// Close ends open event streams (SSE), so that http.Server.Shutdown need
+// not wait for them, and closes the dashboard's connection.
+func (s *Server) Close() error {
+	s.close()
+	return s.dashboard.Close()
+}
+
+// closeOnShutdown cancels a handler's request when the server closes.
+func (s *Server) closeOnShutdown(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(s.closing, cancel)
+		defer stop()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// requireToken accepts "Authorization: Bearer <token>"; with basic, also
+// HTTP Basic with the token as password, so that a browser can log in to
+// the dashboard.
+func (s *Server) requireToken(basic bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok && basic {
+				_, token, _ = r.BasicAuth()
+			}
+			name, valid := s.opts.Tokens.Check(strings.TrimSpace(token))
+			if !valid {
+				if basic {
+					c.Response().Header().Set("WWW-Authenticate", `Basic realm="runbox"`)
+				} else {
+					c.Response().Header().Set("WWW-Authenticate", `Bearer realm="runbox"`)
+				}
+				return runbox.Errorf(runbox.EUnauthorized, "a valid API token is required")
+			}
+			c.SetRequest(r.WithContext(auth.WithClient(r.Context(), name)))
+			c.Set("client", name)
+			return next(c)
+		}
+	}
+}
+
+func (s *Server) ready(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	defer cancel()
+	status, code := map[string]string{}, http.StatusOK
+	for name, check := range s.opts.Ready {
+		if err := check(ctx); err != nil {
+			status[name] = "unavailable"
+			code = http.StatusServiceUnavailable
+			s.log.Warn("readiness", "check", name, "err", err)
+		} else {
+			status[name] = "ok"
+		}
+	}
+	return c.JSON(code, status)
+}
+
+func (s *Server) playground(c echo.Context) error {
+	b, err := static.ReadFile("playground.html")
+	if err != nil {
+		return err
+	}
+	return c.HTMLBlob(http.StatusOK, b)
+}
+
+// status maps error codes to HTTP statuses.
+var status = map[string]int{
+	runbox.EInvalid:          http.StatusBadRequest,
+	runbox.EUnknownLanguage:  http.StatusBadRequest,
+	runbox.EInvalidPath:      http.StatusBadRequest,
+	runbox.ENotFound:         http.StatusNotFound,
+	runbox.EFileExists:       http.StatusConflict,
+	runbox.ETooLarge:         http.StatusRequestEntityTooLarge,
+	runbox.EArtifactTooLarge: http.StatusRequestEntityTooLarge,
+	runbox.EQuotaExceeded:    http.StatusInsufficientStorage,
+	runbox.EBusy:             http.StatusTooManyRequests,
+	runbox.ERateLimited:      http.StatusTooManyRequests,
+	runbox.EUnavailable:      http.StatusServiceUnavailable,
+	runbox.EUnauthorized:     http.StatusUnauthorized,
+	runbox.EInternal:         http.StatusInternalServerError,
+}
+
+// handleError writes every error as {error, message}. Unexpected errors are
+// logged and reported without detail.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code, msg := runbox.ErrorCode(err), runbox.ErrorMessage(err)
+	httpStatus := status[code]
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		httpStatus = he.Code
+		code = http.StatusText(he.Code)
+		if m, ok := he.Message.(string); ok {
+			msg = m
+		}
+		switch he.Code {
+		case http.StatusNotFound:
+			code = runbox.ENotFound
+		case http.StatusMethodNotAllowed:
+			code = "method_not_allowed"
+		case http.StatusRequestEntityTooLarge:
+			code = runbox.ETooLarge
+		default:
+			code = strings.ToLower(strings.ReplaceAll(code, " ", "_"))
+		}
+	} else if code == runbox.EInternal {
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(httpStatus)
+		return
+	}
+	_ = c.JSON(httpStatus, map[string]string{"error": code, "message": msg})
+}
+
+func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		r := c.Request()
+		level := slog.LevelDebug
+		if c.Response().Status >= 500 {
+			level = slog.LevelWarn
+		}
+		// The query is left out: it holds download signatures.
+		s.log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
+			"status", c.Response().Status, "duration_ms", time.Since(start).Milliseconds(), "client", c.Get("client"))
+		return nil
+	}
+}

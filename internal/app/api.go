@@ -1,0 +1,212 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/runbox-dev/runbox/internal/api"
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/executor"
+	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/runs"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// maxStdin bounds the stdin a run may be given up front.
+const maxStdin = 1 << 20
+
+// APIOptions say how the api process serves.
+type APIOptions struct {
+	// Stdio serves MCP on Stdin/Stdout instead of HTTP.
+	Stdio  bool
+	Stdin  io.ReadCloser
+	Stdout io.WriteCloser
+	// Banner receives the start-up message (the token and client config).
+	Banner io.Writer
+	Logger *slog.Logger
+	// Ready, when set, receives the HTTP address once the server listens.
+	Ready chan<- string
+}
+
+// RunAPI runs the api process until ctx ends: over HTTP, or over stdio.
+// Without REDIS_URL it embeds Redis and an executor.
+func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
+	log := opts.Logger
+	tokens := cfg.Tokens
+	generated := ""
+	if len(tokens) == 0 {
+		generated = "rb_" + rand.Text()
+		tokens = map[string]string{generated: "default"}
+	}
+
+	rds, err := OpenRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer rds.Close()
+	st := store.New(rds.Client)
+	hub := store.NewHub(st, log)
+	defer hub.Close()
+	qopt, err := queue.RedisOpt(rds.URL)
+	if err != nil {
+		return err
+	}
+	qc := queue.NewClient(qopt)
+	defer qc.Close()
+	folders, signer, err := Files(cfg)
+	if err != nil {
+		return err
+	}
+
+	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
+	var ex *Executor
+	if rds.Embedded() {
+		ex, err = StartExecutor(ctx, cfg, rds.URL, st, log)
+		if err != nil {
+			return err
+		}
+		defer ex.Close()
+		ready["docker"] = ex.Sandboxes.Ping
+	} else {
+		// Executors run their own watchdogs; this one ends lost runs even
+		// when none is left.
+		stop := runEvery(executor.WatchdogInterval, executor.NewWatchdog(st, log).Check)
+		defer stop()
+		ready["executors"] = func(ctx context.Context) error {
+			infos, err := st.Executors(ctx)
+			if err == nil && len(infos) == 0 {
+				err = errors.New("no executor is running")
+			}
+			return err
+		}
+	}
+
+	svc := runs.NewService(st, hub, qc, runs.Limits{
+		MaxCodeBytes:      cfg.MaxCode,
+		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds(),
+		MaxStdinBytes:     maxStdin,
+	})
+	mcpServer := mcp.New(svc, log)
+
+	shutdownExecutor := func() {
+		if ex != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+30*time.Second)
+			defer cancel()
+			ex.Shutdown(sctx)
+		}
+	}
+
+	if opts.Stdio {
+		log.Info("serving MCP on stdio", "embedded", rds.Embedded())
+		err := mcpServer.SDK().Run(ctx, &mcpsdk.IOTransport{Reader: opts.Stdin, Writer: opts.Stdout})
+		shutdownExecutor()
+		if ctx.Err() != nil || errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler := api.New(api.Options{
+		Tokens:   auth.NewTokens(tokens),
+		Runs:     svc,
+		MCP:      mcpServer,
+		Folders:  folders,
+		Signer:   signer,
+		Queue:    qopt,
+		Ready:    ready,
+		MaxBody:  cfg.MaxUpload*4/3 + 1<<20, // base64 of the largest upload, and the envelope
+		Registry: registry,
+		Logger:   log,
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		shutdownExecutor()
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	printBanner(opts.Banner, cfg, ln.Addr().String(), generated)
+	log.Info("api listening", "addr", ln.Addr().String(), "embedded", rds.Embedded())
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr().String()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		shutdownExecutor()
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	// Running programs may finish while the HTTP server drains: the clients
+	// waiting for them get their results.
+	var wg sync.WaitGroup
+	wg.Go(shutdownExecutor)
+	handler.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	wg.Wait()
+	return nil
+}
+
+// runEvery calls f every d until the returned stop is called.
+func runEvery(d time.Duration, f func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				f(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// printBanner tells a new user where the service is and, when the token
+// was generated, what it is and how to point an MCP client at it.
+func printBanner(w io.Writer, cfg *config.Config, addr, token string) {
+	if w == nil {
+		return
+	}
+	base := cfg.PublicBaseURL
+	fmt.Fprintf(w, "\nrunbox is running: %s (listening on %s)\n", base, addr)
+	if token == "" {
+		fmt.Fprintf(w, "API token: from MCP_API_TOKEN / MCP_API_TOKENS\n\n")
+		return
+	}
+	cfgJSON, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"runbox": map[string]any{
+		"type": "http", "url": base + "/mcp", "headers": map[string]string{"Authorization": "Bearer " + token},
+	}}}, "", "  ")
+	fmt.Fprintf(w, "API token (generated; set MCP_API_TOKEN to choose your own): %s\n", token)
+	fmt.Fprintf(w, "Playground: %s/   Dashboard: %s/monitoring/ (any user name, the token as password)\n", base, base)
+	fmt.Fprintf(w, "Claude Code: claude mcp add --transport http runbox %s/mcp --header \"Authorization: Bearer %s\"\n", base, token)
+	fmt.Fprintf(w, "MCP client config:\n%s\n\n", cfgJSON)
+}

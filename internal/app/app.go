@@ -1,0 +1,183 @@
+// Package app wires the service's parts together from its configuration.
+// cmd/api and cmd/executor are thin mains over it.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/moby/moby/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/executor"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// NewLogger returns the logger the configuration asks for, writing to w.
+func NewLogger(cfg *config.Config, w *os.File) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Redis is the connection to the shared Redis, real or embedded.
+type Redis struct {
+	URL      string
+	Client   *redis.Client
+	embedded *miniredis.Miniredis
+	stopTick context.CancelFunc
+}
+
+// Embedded reports whether this Redis lives in this process.
+func (r *Redis) Embedded() bool { return r.embedded != nil }
+
+// Close closes the connection and stops an embedded server.
+func (r *Redis) Close() {
+	_ = r.Client.Close()
+	if r.embedded != nil {
+		r.stopTick()
+		r.embedded.Close()
+	}
+}
+
+// OpenRedis connects to REDIS_URL, or with no URL starts an embedded
+// Redis on loopback.
+func OpenRedis(ctx context.Context, cfg *config.Config) (*Redis, error) {
+	r := &Redis{URL: cfg.RedisURL}
+	if r.URL == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		r.embedded, r.URL = mr, "redis://"+mr.Addr()+"/0"
+		// miniredis's TTLs do not count down by themselves.
+		tctx, stop := context.WithCancel(context.Background())
+		r.stopTick = stop
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-tctx.Done():
+					return
+				case <-t.C:
+					mr.FastForward(time.Second)
+				}
+			}
+		}()
+	}
+	opt, err := redis.ParseURL(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("config: REDIS_URL: %w", err)
+	}
+	r.Client = redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Client.Ping(pctx).Err(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("redis at %s is not reachable: %w", redactURL(r.URL), err)
+	}
+	return r, nil
+}
+
+// redactURL drops the password of a URL for messages.
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "…" + u[at:]
+		}
+	}
+	return u
+}
+
+// OpenDocker connects to the Docker Engine and checks that it answers.
+func OpenDocker(ctx context.Context) (*client.Client, error) {
+	c, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("the Docker Engine is not reachable (is it running, and may this user use it?): %w", err)
+	}
+	return c, nil
+}
+
+// Files opens the conversation folders and the URL signer.
+func Files(cfg *config.Config) (*files.Folders, *files.Signer, error) {
+	folders, err := files.NewFolders(cfg.SandboxRoot, sandbox.UID, sandbox.GID)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret := cfg.FileSecret
+	if len(secret) == 0 {
+		// Kept beside the conversations, so that every process sharing
+		// SANDBOX_ROOT signs alike and links survive a restart.
+		secret, err = files.LoadOrCreateSecret(filepath.Join(cfg.SandboxRoot, ".file-secret"))
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return folders, files.NewSigner(secret, cfg.PublicBaseURL, cfg.FileURLTTL), nil
+}
+
+// Executor is an executor and what it holds open.
+type Executor struct {
+	*executor.Executor
+	Sandboxes *sandbox.Manager
+	docker    *client.Client
+}
+
+// Close releases the executor's Docker connection. Shut it down first.
+func (e *Executor) Close() { _ = e.docker.Close() }
+
+// StartExecutor connects to Docker and starts an executor on the Redis at
+// redisURL.
+func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st *store.Store, log *slog.Logger) (*Executor, error) {
+	docker, err := OpenDocker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	folders, signer, err := Files(cfg)
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
+	opt, err := queue.RedisOpt(redisURL)
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
+	sandboxes := sandbox.NewManager(docker, sandbox.Options{
+		ExecutorID: cfg.ExecutorID,
+		Limits:     sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit},
+		Logger:     log.With("component", "sandbox"),
+	})
+	ex := executor.New(executor.Config{
+		ID:            cfg.ExecutorID,
+		Concurrency:   cfg.Concurrency,
+		MaxOutput:     cfg.MaxOutput,
+		ShutdownGrace: cfg.ShutdownGrace,
+	}, opt, st, sandboxes, folders, signer, log)
+	if err := ex.Start(ctx); err != nil {
+		docker.Close()
+		return nil, err
+	}
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker}, nil
+}

@@ -1,0 +1,433 @@
+// Package executor runs queued programs: it takes run tasks from asynq,
+// claims each run in the store so that it never runs twice, runs it in a
+// sandbox, streams its output as events, and records the result with the
+// files the program wrote.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease             = 8 * time.Second
+	DefaultHeartbeatInterval = 2 * time.Second
+	DefaultPollInterval      = 20 * time.Millisecond
+	reapInterval             = time.Minute
+)
+
+// Causes of a run's cancellation.
+var (
+	ErrShutdown  = errors.New("the executor shut down before the program finished")
+	ErrLeaseLost = errors.New("the run was declared lost")
+)
+
+// Config configures an Executor.
+type Config struct {
+	ID            string
+	Concurrency   int
+	MaxOutput     int           // bytes of each of stdout and stderr kept
+	ShutdownGrace time.Duration // how long running programs may finish on shutdown
+	// Lease is how long a run stays claimed without a heartbeat; a run
+	// whose executor dies is declared lost this long after its last one.
+	Lease             time.Duration
+	HeartbeatInterval time.Duration
+	// PollInterval is how often an idle worker asks Redis for a task.
+	PollInterval time.Duration
+}
+
+// Executor takes runs off the queue and runs them.
+type Executor struct {
+	cfg       Config
+	store     *store.Store
+	sandboxes *sandbox.Manager
+	folders   *files.Folders
+	signer    *files.Signer
+	log       *slog.Logger
+	redis     asynq.RedisConnOpt
+
+	srv     *asynq.Server
+	runners []runbox.Runner
+	started time.Time
+
+	mu     sync.Mutex
+	active map[string]context.CancelCauseFunc // by run id
+
+	stopBackground context.CancelFunc
+	background     sync.WaitGroup
+}
+
+// New returns an Executor. Start starts it.
+func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sandboxes *sandbox.Manager,
+	folders *files.Folders, signer *files.Signer, log *slog.Logger) *Executor {
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	return &Executor{
+		cfg: cfg, store: st, sandboxes: sandboxes, folders: folders, signer: signer,
+		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
+	}
+}
+
+// Start discovers the runner images, removes containers an earlier process
+// of this executor left behind, registers the executor, and starts taking
+// runs.
+func (e *Executor) Start(ctx context.Context) error {
+	runners, err := e.sandboxes.Discover(ctx)
+	if err != nil {
+		return err
+	}
+	if len(runners) == 0 {
+		return errors.New("no runner images found (labelled sandbox.runner=true): run `make images`")
+	}
+	e.runners = runners
+	if n, err := e.sandboxes.Reap(ctx, 0); err != nil {
+		return fmt.Errorf("reap orphaned sandboxes: %w", err)
+	} else if n > 0 {
+		e.log.Info("removed orphaned sandboxes", "count", n)
+	}
+	e.started = time.Now()
+	if err := e.heartbeat(ctx); err != nil {
+		return err
+	}
+
+	e.srv = asynq.NewServer(e.redis, asynq.Config{
+		Concurrency:       e.cfg.Concurrency,
+		Queues:            map[string]int{queue.Name: 1},
+		TaskCheckInterval: e.cfg.PollInterval,
+		// Our own shutdown ends every run before asynq's; this is a backstop.
+		ShutdownTimeout: 10 * time.Second,
+		Logger:          queue.Logger{L: e.log.With("component", "asynq")},
+		LogLevel:        asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(queue.TypeRun, e.ProcessTask)
+	if err := e.srv.Start(mux); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopBackground = stop
+	e.every(bg, e.cfg.HeartbeatInterval, e.renew)
+	e.every(bg, reapInterval, func(ctx context.Context) {
+		if n, err := e.sandboxes.Reap(ctx, reapInterval); err != nil {
+			e.log.Warn("reap sandboxes", "err", err)
+		} else if n > 0 {
+			e.log.Warn("removed dangling sandboxes", "count", n)
+		}
+	})
+	wd := NewWatchdog(e.store, e.log)
+	e.every(bg, WatchdogInterval, wd.Check)
+	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
+	return nil
+}
+
+// every runs f every d until ctx ends.
+func (e *Executor) every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	e.background.Go(func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				f(ctx)
+			}
+		}
+	})
+}
+
+func (e *Executor) heartbeat(ctx context.Context) error {
+	return e.store.Heartbeat(ctx, store.ExecutorInfo{
+		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
+	}, 5*e.cfg.HeartbeatInterval)
+}
+
+// renew keeps this executor registered and its runs' leases current, and
+// stops runs whose lease someone else ended.
+func (e *Executor) renew(ctx context.Context) {
+	if err := e.heartbeat(ctx); err != nil {
+		e.log.Warn("heartbeat", "err", err)
+	}
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.active))
+	for id := range e.active {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, ids...)
+	if err != nil {
+		e.log.Warn("renew leases", "err", err)
+		return
+	}
+	for _, id := range lost {
+		e.cancel(id, ErrLeaseLost)
+	}
+}
+
+func (e *Executor) cancel(id string, cause error) {
+	e.mu.Lock()
+	cancel := e.active[id]
+	e.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// Shutdown stops taking runs, lets running ones finish for the grace
+// period, then kills the rest and ends them as errors, so that none is left
+// running and none runs again. It returns when every sandbox is removed.
+func (e *Executor) Shutdown(ctx context.Context) {
+	if e.srv == nil {
+		return
+	}
+	e.srv.Stop()
+	grace := time.NewTimer(e.cfg.ShutdownGrace)
+	defer grace.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for e.activeCount() > 0 {
+		select {
+		case <-grace.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+		}
+	}
+	if n := e.activeCount(); n > 0 {
+		e.log.Warn("shutdown grace over: stopping running programs", "count", n)
+		e.mu.Lock()
+		for _, cancel := range e.active {
+			cancel(ErrShutdown)
+		}
+		e.mu.Unlock()
+		for e.activeCount() > 0 {
+			<-tick.C
+		}
+	}
+	e.srv.Shutdown()
+	e.stopBackground()
+	e.background.Wait()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := e.store.Unregister(cctx, e.cfg.ID); err != nil {
+		e.log.Warn("unregister", "err", err)
+	}
+	if _, err := e.sandboxes.Reap(cctx, 0); err != nil {
+		e.log.Warn("reap sandboxes", "err", err)
+	}
+	e.log.Info("executor stopped")
+}
+
+func (e *Executor) activeCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.active)
+}
+
+// ProcessTask runs one run task. It is asynq's handler.
+func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	p, err := queue.Decode(t)
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	log := e.log.With("run", p.RunID, "conversation", p.Spec.ConversationID, "language", p.Spec.Language)
+
+	// The run is registered as active before it is claimed, so that a
+	// shutdown waits for it or ends it.
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	e.mu.Lock()
+	e.active[p.RunID] = cancel
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.active, p.RunID)
+		e.mu.Unlock()
+	}()
+	// asynq cancels ctx when it gives up on the task (its deadline, or its
+	// own shutdown timeout): the run ends then too.
+	stop := context.AfterFunc(ctx, func() { cancel(ErrShutdown) })
+	defer stop()
+
+	ok, err := e.store.Claim(runCtx, p.RunID, e.cfg.ID, e.cfg.Lease)
+	if err != nil {
+		return fmt.Errorf("claim run: %w", err)
+	}
+	if !ok {
+		// Cancelled before it started, or it already ran (asynq hands an
+		// interrupted task out again): never run user code twice.
+		log.Info("run is not queued any more; skipping")
+		return nil
+	}
+	log.Debug("run started")
+	res := e.run(runCtx, p, log)
+	return e.finish(p.RunID, res, log)
+}
+
+// runState is what a run produced, for finish.
+type runState struct {
+	result  runbox.Result
+	status  runbox.Status
+	events  []runbox.Event
+	failure error // a service error, logged
+}
+
+func (e *Executor) run(ctx context.Context, p payload, log *slog.Logger) runState {
+	spec := p.Spec
+	st := runState{result: runbox.Result{RunID: p.RunID, ConversationID: spec.ConversationID, ExitCode: -1}}
+	fail := func(err error, msg string) runState {
+		st.failure = err
+		st.status = runbox.StatusError
+		st.result.Error = msg
+		st.events = append(st.events, runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
+		return st
+	}
+
+	dir, err := e.folders.Ensure(spec.ConversationID)
+	if err != nil {
+		return fail(err, "could not prepare the conversation's files")
+	}
+	before, err := e.folders.List(spec.ConversationID)
+	if err != nil {
+		return fail(err, "could not read the conversation's files")
+	}
+
+	out := newOutput(e.cfg.MaxOutput, func(evs ...runbox.Event) {
+		if err := e.store.Append(context.WithoutCancel(ctx), p.RunID, evs...); err != nil {
+			log.Warn("publish output", "err", err)
+		}
+	})
+	req := sandbox.Request{
+		RunID:          p.RunID,
+		ConversationID: spec.ConversationID,
+		Language:       spec.Language,
+		Code:           spec.Code,
+		Env:            spec.Env,
+		Timeout:        spec.Timeout(),
+		DataDir:        dir,
+	}
+	if spec.Stdin != "" {
+		req.Stdin = strings.NewReader(spec.Stdin)
+	}
+	oc, runErr := e.sandboxes.Run(ctx, req, out.write)
+	out.flush()
+	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
+	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
+	st.result.Output = st.result.Stdout + st.result.Stderr
+	st.result.DurationMS = oc.Duration.Milliseconds()
+	st.result.Files, st.result.Artifacts = e.fileInfos(spec.ConversationID, before, log)
+
+	now := time.Now()
+	switch {
+	case runErr != nil:
+		return fail(runErr, "the sandbox failed while running the program")
+	case oc.Cancelled:
+		cause := context.Cause(ctx)
+		if !errors.Is(cause, context.Canceled) && cause != nil && !errors.Is(cause, errUserCancel) {
+			return fail(cause, cause.Error())
+		}
+		st.status = runbox.StatusCancelled
+		st.result.Cancelled = true
+		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventCancelled})
+	case oc.TimedOut:
+		st.status = runbox.StatusTimedOut
+		st.result.TimedOut = true
+		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventTimeout,
+			Message: fmt.Sprintf("the program ran longer than %ds and was killed", spec.TimeoutSeconds)})
+	default:
+		st.result.ExitCode = oc.ExitCode
+		st.result.OOMKilled = oc.OOMKilled
+		st.result.Success = oc.ExitCode == 0 && !oc.OOMKilled
+		st.status = runbox.StatusFailed
+		if st.result.Success {
+			st.status = runbox.StatusSucceeded
+		}
+		code, ms := oc.ExitCode, oc.Duration.Milliseconds()
+		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventExit, ExitCode: &code, DurationMS: &ms})
+	}
+	return st
+}
+
+// errUserCancel is the cause of a cancellation a client asked for.
+var errUserCancel = errors.New("cancelled")
+
+type payload = queue.Payload
+
+// finish records the result and the final events. It uses its own context:
+// the run's may be cancelled, and the result must still be written.
+func (e *Executor) finish(runID string, st runState, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if st.failure != nil {
+		log.Error("run failed", "err", st.failure)
+	}
+	ok, err := e.store.Finish(ctx, runID, []runbox.Status{runbox.StatusRunning}, store.LeaseDelete, st.status, &st.result, st.events...)
+	if err != nil {
+		return fmt.Errorf("record result: %w", err)
+	}
+	if !ok {
+		log.Warn("run was ended elsewhere before its result was recorded")
+	}
+	log.Info("run finished", "status", st.status, "exit_code", st.result.ExitCode, "duration_ms", st.result.DurationMS)
+	return nil
+}
+
+// fileInfos lists the conversation's files after a run, and those the run
+// wrote.
+func (e *Executor) fileInfos(cid string, before []files.Entry, log *slog.Logger) (all, changed []runbox.FileInfo) {
+	after, err := e.folders.List(cid)
+	if err != nil {
+		log.Warn("list files", "err", err)
+		return []runbox.FileInfo{}, []runbox.FileInfo{}
+	}
+	return e.infos(cid, after), e.infos(cid, files.Changed(before, after))
+}
+
+func (e *Executor) infos(cid string, entries []files.Entry) []runbox.FileInfo {
+	out := make([]runbox.FileInfo, len(entries))
+	for i, en := range entries {
+		out[i] = runbox.FileInfo{
+			Name:      en.Name,
+			Path:      "/data/" + en.Name,
+			SizeBytes: en.Size,
+			MimeType:  files.MimeType(en.Name),
+			URL:       e.signer.URL(cid, en.Name),
+		}
+	}
+	return out
+}
+
+// Runners returns the languages this executor offers.
+func (e *Executor) Runners() []runbox.Runner { return e.runners }
+
+func languages(rs []runbox.Runner) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Language
+	}
+	return out
+}

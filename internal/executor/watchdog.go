@@ -1,0 +1,91 @@
+package executor
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// WatchdogInterval is how often a watchdog looks for lost runs.
+const WatchdogInterval = time.Second
+
+// lostMessage is what the client of a lost run is told.
+const lostMessage = "the executor running this program stopped unexpectedly; the program was not run to its end"
+
+// Watchdog ends runs whose executor stopped renewing their lease (it was
+// killed, or lost its connection): their clients get an error and done
+// instead of waiting for ever, and the run is never started again. Every
+// executor runs one, and so does api; ending a run is atomic, so several
+// watchdogs do not conflict.
+type Watchdog struct {
+	store *store.Store
+	log   *slog.Logger
+}
+
+// NewWatchdog returns a watchdog over st.
+func NewWatchdog(st *store.Store, log *slog.Logger) *Watchdog {
+	return &Watchdog{store: st, log: log.With("component", "watchdog")}
+}
+
+// Check ends the runs whose lease has expired.
+func (w *Watchdog) Check(ctx context.Context) {
+	ids, err := w.store.ExpiredLeases(ctx, 100)
+	if err != nil {
+		w.log.Warn("read expired leases", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if err := w.end(ctx, id); err != nil {
+			w.log.Warn("end lost run", "run", id, "err", err)
+		}
+	}
+}
+
+func (w *Watchdog) end(ctx context.Context, id string) error {
+	run, err := w.store.Run(ctx, id)
+	if err != nil {
+		return err
+	}
+	// The output so far is in the log: the client keeps it.
+	evs, err := w.store.Events(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	var stdout, stderr strings.Builder
+	for _, ev := range evs {
+		switch ev.Type {
+		case runbox.EventStdout:
+			stdout.WriteString(ev.Data)
+		case runbox.EventStderr:
+			stderr.WriteString(ev.Data)
+		}
+	}
+	res := &runbox.Result{
+		ExitCode:       -1,
+		Stdout:         stdout.String(),
+		Stderr:         stderr.String(),
+		Output:         stdout.String() + stderr.String(),
+		RunID:          id,
+		ConversationID: run.ConversationID,
+		Files:          []runbox.FileInfo{},
+		Artifacts:      []runbox.FileInfo{},
+		Error:          lostMessage,
+	}
+	if !run.StartedAt.IsZero() {
+		res.DurationMS = time.Since(run.StartedAt).Milliseconds()
+	}
+	ok, err := w.store.Finish(ctx, id, []runbox.Status{runbox.StatusRunning}, store.LeaseExpired, runbox.StatusError, res,
+		runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: lostMessage})
+	if err != nil {
+		return err
+	}
+	if ok {
+		executor, _ := w.store.Executor(ctx, id)
+		w.log.Warn("ended a run whose executor stopped", "run", id, "executor", executor)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+// Package runs is what the api's edges (MCP tools, REST) call: it checks a
+// request, records and enqueues the run, and follows its events to the
+// result.
+package runs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// Limits bound what a run may ask for.
+type Limits struct {
+	MaxCodeBytes      int
+	MaxTimeoutSeconds int // also the default
+	MaxStdinBytes     int
+}
+
+// Bounds of a run's environment variables.
+const (
+	maxEnvVars      = 64
+	maxEnvValueSize = 8 << 10
+)
+
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// aliases map the names clients use for a language to the runner's.
+var aliases = map[string]string{
+	"py": "python", "python3": "python",
+	"ts": "typescript", "javascript": "typescript", "js": "typescript", "node": "typescript",
+	"sh": "bash", "shell": "bash",
+}
+
+// Request is what a client sends to run a program: run_code's arguments
+// and the body of POST /v1/runs.
+type Request struct {
+	Language       string            `json:"language" jsonschema:"python, typescript or bash"`
+	Code           string            `json:"code" jsonschema:"the program's source code"`
+	ConversationID string            `json:"conversationId,omitempty" jsonschema:"conversation whose /data the program sees; made if omitted and returned"`
+	SessionID      string            `json:"session_id,omitempty" jsonschema:"another name for conversationId"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; the server's maximum if omitted"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to the program's standard input"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+}
+
+// Spec returns the run the request asks for.
+func (r Request) Spec() runbox.Spec {
+	cid := r.ConversationID
+	if cid == "" {
+		cid = r.SessionID
+	}
+	return runbox.Spec{
+		Language:       r.Language,
+		Code:           r.Code,
+		ConversationID: cid,
+		TimeoutSeconds: r.TimeoutSeconds,
+		Stdin:          r.Stdin,
+		Env:            r.Env,
+	}
+}
+
+// Service submits and follows runs.
+type Service struct {
+	store  *store.Store
+	hub    *store.Hub
+	queue  *queue.Client
+	limits Limits
+}
+
+// NewService returns a Service.
+func NewService(st *store.Store, hub *store.Hub, q *queue.Client, limits Limits) *Service {
+	return &Service{store: st, hub: hub, queue: q, limits: limits}
+}
+
+// Limits returns the service's limits.
+func (s *Service) Limits() Limits { return s.limits }
+
+// Runners returns the languages the live executors offer.
+func (s *Service) Runners(ctx context.Context) ([]runbox.Runner, error) {
+	return s.store.Runners(ctx)
+}
+
+// NewConversationID makes a conversation id for a client that sent none.
+func NewConversationID() string { return "sess_" + randomHex(6) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// Normalize checks a spec and fills in its defaults. It does not know which
+// languages exist; Submit checks that.
+func (s *Service) Normalize(spec runbox.Spec) (runbox.Spec, error) {
+	spec.Language = strings.ToLower(strings.TrimSpace(spec.Language))
+	if a, ok := aliases[spec.Language]; ok {
+		spec.Language = a
+	}
+	switch {
+	case spec.Language == "":
+		return spec, runbox.Errorf(runbox.EInvalid, "language is required")
+	case strings.TrimSpace(spec.Code) == "":
+		return spec, runbox.Errorf(runbox.EInvalid, "code is empty")
+	case len(spec.Code) > s.limits.MaxCodeBytes:
+		return spec, runbox.Errorf(runbox.ETooLarge, "code is %d bytes; the limit is %d", len(spec.Code), s.limits.MaxCodeBytes)
+	case len(spec.Stdin) > s.limits.MaxStdinBytes:
+		return spec, runbox.Errorf(runbox.ETooLarge, "stdin is %d bytes; the limit is %d", len(spec.Stdin), s.limits.MaxStdinBytes)
+	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > s.limits.MaxTimeoutSeconds:
+		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", s.limits.MaxTimeoutSeconds)
+	}
+	if spec.TimeoutSeconds == 0 {
+		spec.TimeoutSeconds = s.limits.MaxTimeoutSeconds
+	}
+	if spec.ConversationID == "" {
+		spec.ConversationID = NewConversationID()
+	} else if !runbox.ValidConversationID(spec.ConversationID) {
+		return spec, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
+	}
+	if err := checkEnv(spec.Env); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+func checkEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return runbox.Errorf(runbox.EInvalid, "env has %d variables; the limit is %d", len(env), maxEnvVars)
+	}
+	for k, v := range env {
+		switch {
+		case !envNamePattern.MatchString(k):
+			return runbox.Errorf(runbox.EInvalid, "env name %q is not a valid variable name", truncate(k, 40))
+		case strings.HasPrefix(k, "RUNBOX_"):
+			return runbox.Errorf(runbox.EInvalid, "env names starting with RUNBOX_ are reserved")
+		case len(v) > maxEnvValueSize || strings.ContainsRune(v, 0):
+			return runbox.Errorf(runbox.EInvalid, "env value of %s is too long or holds a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// Submit checks spec, records the run as queued and enqueues it.
+func (s *Service) Submit(ctx context.Context, spec runbox.Spec) (runbox.Run, error) {
+	spec, err := s.Normalize(spec)
+	if err != nil {
+		return runbox.Run{}, err
+	}
+	runners, err := s.store.Runners(ctx)
+	if err != nil {
+		return runbox.Run{}, err
+	}
+	if len(runners) == 0 {
+		return runbox.Run{}, runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
+	}
+	var names []string
+	known := false
+	for _, r := range runners {
+		names = append(names, r.Language)
+		known = known || r.Language == spec.Language
+	}
+	if !known {
+		return runbox.Run{}, runbox.Errorf(runbox.EUnknownLanguage, "unknown language %q; available: %s",
+			truncate(spec.Language, 40), strings.Join(names, ", "))
+	}
+
+	run := runbox.Run{
+		ID:             "run_" + randomHex(12),
+		ConversationID: spec.ConversationID,
+		Language:       spec.Language,
+		Status:         runbox.StatusQueued,
+		Interactive:    spec.Interactive,
+		CreatedAt:      time.Now().UTC(),
+	}
+	// Recorded (with its queued event) before it is enqueued, so that the
+	// executor's started event can never come first.
+	if err := s.store.CreateRun(ctx, run); err != nil {
+		return runbox.Run{}, err
+	}
+	if err := s.queue.Enqueue(ctx, run.ID, spec); err != nil {
+		msg := "the run could not be queued"
+		_, ferr := s.store.Finish(context.WithoutCancel(ctx), run.ID, []runbox.Status{runbox.StatusQueued}, store.LeaseKeep,
+			runbox.StatusError, &runbox.Result{RunID: run.ID, ConversationID: run.ConversationID, ExitCode: -1, Error: msg,
+				Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}},
+			runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
+		return runbox.Run{}, errors.Join(fmt.Errorf("%w: %w", runbox.Errorf(runbox.EUnavailable, "%s", msg), err), ferr)
+	}
+	return run, nil
+}
+
+// Get returns a run's record.
+func (s *Service) Get(ctx context.Context, id string) (runbox.Run, error) {
+	if !validRunID(id) {
+		return runbox.Run{}, store.ErrNotFound
+	}
+	return s.store.Run(ctx, id)
+}
+
+// Watch follows a run's events after seq after. The caller closes it.
+func (s *Service) Watch(ctx context.Context, id string, after int64) (*store.Watch, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.hub.Watch(ctx, id, after), nil
+}
+
+// Wait follows a run to its end, handing each event after seq after to
+// onEvent (which may be nil), and returns the result.
+func (s *Service) Wait(ctx context.Context, id string, after int64, onEvent func(runbox.Event)) (*runbox.Result, error) {
+	w, err := s.Watch(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+		if ev.Type == runbox.EventDone {
+			if ev.Result == nil {
+				return nil, fmt.Errorf("run %s: done without a result", id)
+			}
+			return ev.Result, nil
+		}
+	}
+}
+
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{24}$`)
+
+func validRunID(id string) bool { return runIDPattern.MatchString(id) }
