@@ -33,11 +33,13 @@ func run(stdio bool) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	log := app.NewLogger(cfg, os.Stderr)
+	app.RouteRedisLogs(log)
 	return app.RunAPI(ctx, cfg, app.APIOptions{
 		Stdio:  stdio,
 		Stdin:  os.Stdin,
 		Stdout: os.Stdout,
 		Banner: os.Stderr,
-		Logger: app.NewLogger(cfg, os.Stderr),
+		Logger: log,
 	})
 }

@@ -32,6 +32,7 @@ func run() error {
 		return errors.New("config: REDIS_URL is required: a standalone executor shares Redis with api")
 	}
 	log := app.NewLogger(cfg, os.Stderr)
+	app.RouteRedisLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rds, err := app.OpenRedis(ctx, cfg)

@@ -34,6 +34,18 @@ func NewLogger(cfg *config.Config, w *os.File) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// RouteRedisLogs sends go-redis's own messages (reconnects, dial
+// failures), which it writes to stderr by default, to log at debug level.
+// go-redis keeps its logger in a package variable: call this once, from
+// main.
+func RouteRedisLogs(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
 // Redis is the connection to the shared Redis, real or embedded.
 type Redis struct {
 	URL      string

@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -31,13 +32,17 @@ func Redis(t testing.TB) string {
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("--- redis-server ---\n%s", out.String())
+		}
 	})
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	opt, _ := redis.ParseURL(url)

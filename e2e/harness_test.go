@@ -1,0 +1,358 @@
+// Package e2e tests the service end to end: the real api and executor
+// binaries, a real redis-server and the real Docker Engine, driven through
+// the official MCP Go SDK client, the REST API and signed downloads.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+var bin struct {
+	dir           string
+	api, executor string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "runbox-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin.dir = dir
+	bin.api, bin.executor = filepath.Join(dir, "api"), filepath.Join(dir, "executor")
+	for out, pkg := range map[string]string{bin.api: "./cmd/api", bin.executor: "./cmd/executor"} {
+		cmd := exec.Command("go", "build", "-race", "-o", out, pkg)
+		cmd.Dir = ".."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const token = "e2e-token-0123456789"
+
+// service is a running deployment: redis-server, api and executors.
+type service struct {
+	t        *testing.T
+	url      string // http://127.0.0.1:port
+	redisURL string
+	root     string
+	secret   string
+	env      []string
+	docker   *client.Client
+
+	mu        sync.Mutex
+	procs     []*proc
+	executors []string // ids
+}
+
+// proc is a process of the service, with its output kept for failures.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type options struct {
+	env       []string // extra settings for every process
+	executors int      // standalone executors to start (default 1)
+	embedded  bool     // no REDIS_URL: api embeds Redis and an executor
+}
+
+func start(t *testing.T, o options) *service {
+	t.Helper()
+	port := testenv.FreePort(t)
+	s := &service{
+		t:      t,
+		url:    fmt.Sprintf("http://127.0.0.1:%d", port),
+		root:   t.TempDir(),
+		secret: "e2e-file-secret-" + rand.Text(),
+		docker: testenv.Docker(t),
+	}
+	s.env = append(os.Environ(),
+		"MCP_HTTP_ADDR=127.0.0.1:"+fmt.Sprint(port),
+		"MCP_API_TOKEN="+token,
+		"SANDBOX_ROOT="+s.root,
+		"FILE_SECRET="+s.secret,
+		"PUBLIC_BASE_URL="+s.url,
+		"LOG_LEVEL=debug",
+	)
+	if !o.embedded {
+		s.redisURL = testenv.Redis(t)
+		s.env = append(s.env, "REDIS_URL="+s.redisURL)
+	} else {
+		id := "e2e-embedded-" + strings.ToLower(rand.Text()[:8])
+		s.env = append(s.env, "EXECUTOR_ID="+id)
+		s.executors = append(s.executors, id)
+	}
+	s.env = append(s.env, o.env...)
+	t.Cleanup(s.stop)
+	if !o.embedded {
+		for range max(o.executors, 1) {
+			s.startExecutor()
+		}
+	}
+	s.spawn("api", bin.api)
+	s.waitReady()
+	return s
+}
+
+func (s *service) spawn(name, path string, env ...string) *proc {
+	s.t.Helper()
+	cmd := exec.Command(path)
+	cmd.Env = append(append([]string{}, s.env...), env...)
+	p := &proc{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p
+}
+
+// startExecutor starts a standalone executor with an id of its own.
+func (s *service) startExecutor(env ...string) (*proc, string) {
+	id := "e2e-" + strings.ToLower(rand.Text()[:10])
+	s.mu.Lock()
+	s.executors = append(s.executors, id)
+	s.mu.Unlock()
+	return s.spawn("executor "+id, bin.executor, append([]string{"EXECUTOR_ID=" + id}, env...)...), id
+}
+
+func (s *service) stop() {
+	for _, p := range s.procs {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+	}
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+		case <-time.After(60 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if s.t.Failed() {
+			s.t.Logf("--- output of %s ---\n%s", p.name, p.out.String())
+		}
+	}
+	for _, id := range s.executors {
+		if n := s.containers(id); n != 0 {
+			s.t.Errorf("executor %s left %d containers", id, n)
+		}
+	}
+}
+
+// containers counts the containers of an executor.
+func (s *service) containers(executor string) int {
+	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
+		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+executor),
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(res.Items)
+}
+
+func (s *service) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatal("service did not become ready")
+}
+
+// request makes an authenticated REST call and decodes a JSON answer.
+func (s *service) request(method, path string, body any, out any) int {
+	s.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		r = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, s.url+path, r)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			s.t.Fatalf("%s %s: decode answer: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// sign makes a download URL the way the contract defines it.
+func (s *service) sign(cid, name string, exp int64) string {
+	h := hmac.New(sha256.New, []byte(s.secret))
+	fmt.Fprintf(h, "%s/%s\n%d", cid, name, exp)
+	return fmt.Sprintf("%s/files/%s/%s?exp=%d&sig=%s", s.url, cid, name, exp, hex.EncodeToString(h.Sum(nil)))
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.token != "" {
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// session connects the official MCP client over Streamable HTTP.
+func (s *service) session(opts *mcp.ClientOptions) *mcp.ClientSession {
+	s.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, opts)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint:   s.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{token}},
+	}, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// result is a RunResult as a client decodes it.
+type result struct {
+	Success         bool       `json:"success"`
+	Output          string     `json:"output"`
+	ExitCode        int        `json:"exit_code"`
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	TimedOut        bool       `json:"timed_out"`
+	OOMKilled       bool       `json:"oom_killed"`
+	DurationMS      int64      `json:"duration_ms"`
+	RunID           string     `json:"run_id"`
+	ConversationID  string     `json:"conversationId"`
+	Files           []fileInfo `json:"files"`
+	Artifacts       []fileInfo `json:"artifacts"`
+	Error           string     `json:"error"`
+}
+
+type fileInfo struct {
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	SizeBytes int64  `json:"size_bytes"`
+	MimeType  string `json:"mime_type"`
+	URL       string `json:"url"`
+}
+
+type toolError struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// call calls a tool and decodes its structured content into out.
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	if out != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("call %s: decode %s: %v", name, b, err)
+		}
+	}
+	return res
+}
+
+// runCode calls run_code and expects a result, not a tool error.
+func runCode(t *testing.T, cs *mcp.ClientSession, args map[string]any) result {
+	t.Helper()
+	var r result
+	res := call(t, cs, "run_code", args, &r)
+	if res.IsError {
+		t.Fatalf("run_code failed as a tool: %s", text(res))
+	}
+	return r
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func get(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
