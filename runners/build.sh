@@ -35,5 +35,13 @@ for lang in $langs; do
     continue
   fi
   echo "runners: building $image" >&2
-  docker build -q --label "runbox.hash=$hash" -t "$image" -f "$lang/Dockerfile" . >/dev/null
+  log=$(mktemp)
+  if ! docker build -q --label "runbox.hash=$hash" -t "$image" -f "$lang/Dockerfile" . >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
 done
+# Earlier builds of the runners, now untagged.
+docker image prune -f --filter label=sandbox.runner=true >/dev/null

@@ -143,6 +143,19 @@ func TestServeStreamsOutputAsProduced(t *testing.T) {
 	}
 }
 
+func TestServeCoalescesLinePieces(t *testing.T) {
+	c := startAgent(t)
+	if err := c.Start(Run{Code: "printf first; printf '\\n'; printf second; sleep 0.3; printf '\\n'"}); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseStdin()
+	o := collect(t, c)
+	n := len(o.chunks)
+	if n < 2 || o.chunks[n-1] != "\n" || strings.Join(o.chunks[:n-1], "") != "first\nsecond" || o.chunks[0] == "first" {
+		t.Errorf("chunks %q, want the first line whole, and the newline 0.3s later apart", o.chunks)
+	}
+}
+
 func TestServeKill(t *testing.T) {
 	c := startAgent(t)
 	// The program ignores its input, so queued stdin must not delay the kill.

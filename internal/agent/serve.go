@@ -255,6 +255,11 @@ func sweep() {
 	}
 }
 
+// coalesce is how long relay waits for the rest of a line: unbuffered
+// programs write a line in pieces (Python's print writes the text, then the
+// newline), and a client should see the line as one chunk.
+const coalesce = 2 * time.Millisecond
+
 // relay copies a program's output into frames until the pipe closes.
 func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter) {
 	defer wg.Done()
@@ -262,6 +267,20 @@ func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter) {
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := r.Read(buf)
+		// Gather the rest of an unfinished line for a moment.
+		for err == nil && n > 0 && n < len(buf) && buf[n-1] != '\n' {
+			if r.SetReadDeadline(time.Now().Add(coalesce)) != nil {
+				break
+			}
+			var m int
+			m, err = r.Read(buf[n:])
+			n += m
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = nil
+				break
+			}
+		}
+		_ = r.SetReadDeadline(time.Time{})
 		if n > 0 {
 			if fw.write(typ, buf[:n]) != nil {
 				return

@@ -52,15 +52,17 @@ var defaultLimits = Limits{Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}
 type capture struct {
 	mu             sync.Mutex
 	stdout, stderr strings.Builder
-	times          []time.Time
+	chunks         []string    // stdout, as it came
+	times          []time.Time // of the stdout chunks
 }
 
 func (c *capture) output(s Stream, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.times = append(c.times, time.Now())
 	if s == Stdout {
 		c.stdout.Write(p)
+		c.chunks = append(c.chunks, string(p))
+		c.times = append(c.times, time.Now())
 	} else {
 		c.stderr.Write(p)
 	}
@@ -184,8 +186,8 @@ func TestRunStreamsOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.times) != 2 {
-		t.Fatalf("%d output chunks (%q), want 2", len(c.times), c.stdout.String())
+	if len(c.chunks) != 2 || c.chunks[0] != "a\n" {
+		t.Fatalf("stdout came as %q (stderr %q), want two lines apart", c.chunks, c.stderr.String())
 	}
 	if gap := c.times[1].Sub(c.times[0]); gap < 1500*time.Millisecond {
 		t.Errorf("chunks %v apart, want about 2s", gap)
