@@ -1,0 +1,76 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != ":8080" || c.PublicBaseURL != "http://localhost:8080" || c.MemoryLimit != 512<<20 ||
+		c.NanoCPUs != 1e9 || c.PidsLimit != 128 || c.ExecTimeout != time.Minute || c.MaxOutput != 102400 ||
+		c.QuotaBytes != 1<<30 || c.FileURLTTL != 24*time.Hour || len(c.Tokens) != 0 || c.RedisURL != "" {
+		t.Errorf("defaults %+v", c)
+	}
+	if !strings.HasSuffix(c.SandboxRoot, "/var/sandboxes") || !strings.HasPrefix(c.SandboxRoot, "/") {
+		t.Errorf("sandbox root %q is not absolute", c.SandboxRoot)
+	}
+}
+
+func TestValues(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"MCP_HTTP_ADDR":        "127.0.0.1:9090",
+		"MCP_API_TOKEN":        "single-token",
+		"MCP_API_TOKENS":       "alice:alice-token, bob:bob-token",
+		"SANDBOX_MEMORY_LIMIT": "1g",
+		"SANDBOX_CPU_LIMIT":    "0.5",
+		"SANDBOX_EXEC_TIMEOUT": "90s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PublicBaseURL != "http://localhost:9090" {
+		t.Errorf("base URL %q does not follow the port", c.PublicBaseURL)
+	}
+	if c.Tokens["single-token"] != "default" || c.Tokens["alice-token"] != "alice" || c.Tokens["bob-token"] != "bob" {
+		t.Errorf("tokens %v", c.Tokens)
+	}
+	if c.MemoryLimit != 1<<30 || c.NanoCPUs != 5e8 || c.MaxTimeoutSeconds() != 90 {
+		t.Errorf("limits %+v", c)
+	}
+}
+
+func TestErrorsNameTheVariable(t *testing.T) {
+	tests := []struct{ name, value string }{
+		{"SANDBOX_MEMORY_LIMIT", "lots"},
+		{"SANDBOX_MEMORY_LIMIT", "1k"},
+		{"SANDBOX_CPU_LIMIT", "-1"},
+		{"SANDBOX_PIDS_LIMIT", "0"},
+		{"SANDBOX_EXEC_TIMEOUT", "soon"},
+		{"SANDBOX_EXEC_TIMEOUT", "100ms"},
+		{"FILE_URL_TTL", "-1h"},
+		{"MCP_API_TOKENS", "nocolon"},
+		{"MCP_API_TOKEN", "short"},
+		{"REDIS_URL", "http://x"},
+		{"PUBLIC_BASE_URL", "ftp://x"},
+		{"FILE_SECRET", "tooshort"},
+		{"LOG_LEVEL", "chatty"},
+		{"LOG_FORMAT", "xml"},
+		{"EXECUTOR_ID", "a/b"},
+		{"EXECUTOR_CONCURRENCY", "many"},
+	}
+	for _, tt := range tests {
+		_, err := FromEnv(env(map[string]string{tt.name: tt.value}))
+		if err == nil || !strings.Contains(err.Error(), tt.name) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s=%q: error %v, want one line naming it", tt.name, tt.value, err)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package runs
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+var limits = Limits{MaxCodeBytes: 100, MaxTimeoutSeconds: 60, MaxStdinBytes: 10}
+
+func TestNormalize(t *testing.T) {
+	s := NewService(nil, nil, nil, limits)
+	tests := []struct {
+		name     string
+		spec     runbox.Spec
+		wantCode string
+		check    func(runbox.Spec) bool
+	}{
+		{"defaults", runbox.Spec{Language: "Python", Code: "x"}, "", func(s runbox.Spec) bool {
+			return s.Language == "python" && s.TimeoutSeconds == 60 && strings.HasPrefix(s.ConversationID, "sess_") && len(s.ConversationID) == 17
+		}},
+		{"alias", runbox.Spec{Language: "ts", Code: "x"}, "", func(s runbox.Spec) bool { return s.Language == "typescript" }},
+		{"given conversation", runbox.Spec{Language: "bash", Code: "x", ConversationID: "abc_DEF-1"}, "", func(s runbox.Spec) bool { return s.ConversationID == "abc_DEF-1" }},
+		{"no language", runbox.Spec{Code: "x"}, runbox.EInvalid, nil},
+		{"empty code", runbox.Spec{Language: "bash", Code: " \n\t"}, runbox.EInvalid, nil},
+		{"code too large", runbox.Spec{Language: "bash", Code: strings.Repeat("x", 101)}, runbox.ETooLarge, nil},
+		{"stdin too large", runbox.Spec{Language: "bash", Code: "x", Stdin: strings.Repeat("x", 11)}, runbox.ETooLarge, nil},
+		{"timeout too long", runbox.Spec{Language: "bash", Code: "x", TimeoutSeconds: 61}, runbox.EInvalid, nil},
+		{"negative timeout", runbox.Spec{Language: "bash", Code: "x", TimeoutSeconds: -1}, runbox.EInvalid, nil},
+		{"traversal in conversation", runbox.Spec{Language: "bash", Code: "x", ConversationID: "../x"}, runbox.EInvalid, nil},
+		{"conversation too long", runbox.Spec{Language: "bash", Code: "x", ConversationID: strings.Repeat("a", 65)}, runbox.EInvalid, nil},
+		{"env name", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"1X": "v"}}, runbox.EInvalid, nil},
+		{"reserved env", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"RUNBOX_X": "v"}}, runbox.EInvalid, nil},
+		{"NUL in env value", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"X": "a\x00b"}}, runbox.EInvalid, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := s.Normalize(tt.spec)
+			if tt.wantCode != "" {
+				if runbox.ErrorCode(err) != tt.wantCode {
+					t.Errorf("error %v, want %s", err, tt.wantCode)
+				}
+				return
+			}
+			if err != nil || !tt.check(got) {
+				t.Errorf("Normalize = %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+func newService(t *testing.T) (*Service, *store.Store, asynq.RedisConnOpt) {
+	t.Helper()
+	_, url := testenv.Miniredis(t)
+	st := store.New(testenv.Client(t, url))
+	hub := store.NewHub(st, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { hub.Close() })
+	opt, err := queue.RedisOpt(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue.NewClient(opt)
+	t.Cleanup(func() { q.Close() })
+	return NewService(st, hub, q, limits), st, opt
+}
+
+func TestSubmit(t *testing.T) {
+	s, st, opt := newService(t)
+	ctx := context.Background()
+	spec := runbox.Spec{Language: "python", Code: "print(1)"}
+	if _, err := s.Submit(ctx, spec); runbox.ErrorCode(err) != runbox.EUnavailable {
+		t.Fatalf("with no executor: %v, want unavailable", err)
+	}
+	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}}, time.Minute)
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}); runbox.ErrorCode(err) != runbox.EUnknownLanguage ||
+		!strings.Contains(runbox.ErrorMessage(err), "available: python") {
+		t.Fatalf("unknown language: %v", err)
+	}
+	run, err := s.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := asynq.NewInspector(opt).GetTaskInfo(queue.Name, run.ID)
+	if err != nil {
+		t.Fatalf("task of the run: %v", err)
+	}
+	if info.MaxRetry != 0 || info.Type != queue.TypeRun {
+		t.Errorf("task %+v: want no retries", info)
+	}
+	p, err := queue.Decode(asynq.NewTask(info.Type, info.Payload))
+	if err != nil || p.RunID != run.ID || p.Spec.TimeoutSeconds != 60 || p.Spec.ConversationID != run.ConversationID {
+		t.Errorf("payload %+v, %v", p, err)
+	}
+	got, err := s.Get(ctx, run.ID)
+	if err != nil || got.Status != runbox.StatusQueued {
+		t.Errorf("Get = %+v, %v", got, err)
+	}
+	if _, err := s.Get(ctx, "../../x"); runbox.ErrorCode(err) != runbox.ENotFound {
+		t.Errorf("Get of a malformed id: %v", err)
+	}
+
+	// An executor runs it; Wait sees every event and returns the result.
+	go func() {
+		st.Claim(ctx, run.ID, "ex", time.Minute)
+		st.Append(ctx, run.ID, runbox.Event{Type: runbox.EventStdout, Data: "1\n"})
+		st.Finish(ctx, run.ID, []runbox.Status{runbox.StatusRunning}, store.LeaseDelete, runbox.StatusSucceeded,
+			&runbox.Result{Success: true, Stdout: "1\n", RunID: run.ID})
+	}()
+	var types []string
+	res, err := s.Wait(ctx, run.ID, 0, func(ev runbox.Event) { types = append(types, ev.Type) })
+	if err != nil || !res.Success || res.Stdout != "1\n" {
+		t.Fatalf("Wait = %+v, %v", res, err)
+	}
+	if strings.Join(types, ",") != "queued,started,stdout,done" {
+		t.Errorf("events %v", types)
+	}
+}
