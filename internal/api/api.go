@@ -89,7 +89,10 @@ func New(opts Options) *Server {
 
 	v1 := authed.Group("/v1")
 	v1.POST("/runs", s.createRun)
+	v1.GET("/runs", s.listRuns)
 	v1.GET("/runs/:id", s.getRun)
+	v1.DELETE("/runs/:id", s.cancelRun)
+	v1.POST("/runs/:id/stdin", s.sendStdin)
 	v1.GET("/runs/:id/events", s.runEvents)
 	v1.GET("/runners", s.listRunners)
 

@@ -52,12 +52,12 @@ type runAccepted struct {
 }
 
 func (s *Server) createRun(c echo.Context) error {
-	var req runs.Request
+	var req runs.StartRequest
 	if err := decodeJSON(c, maxRunBody, &req); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	run, err := s.opts.Runs.Submit(ctx, req.Spec())
+	run, err := s.opts.Runs.Submit(ctx, req.Spec(), cmp.Or(req.IdempotencyKey, c.Request().Header.Get("Idempotency-Key")))
 	if err != nil {
 		return err
 	}
@@ -80,6 +80,39 @@ func (s *Server) getRun(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, run)
+}
+
+func (s *Server) listRuns(c echo.Context) error {
+	list, err := s.opts.Runs.List(c.Request().Context(), cmp.Or(c.QueryParam("conversationId"), c.QueryParam("session_id")))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"runs": list})
+}
+
+func (s *Server) cancelRun(c echo.Context) error {
+	st, err := s.opts.Runs.Cancel(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"run_id": c.Param("id"), "status": st})
+}
+
+// stdinBody is the body of POST /v1/runs/{id}/stdin.
+type stdinBody struct {
+	Data string `json:"data"`
+	EOF  bool   `json:"eof"`
+}
+
+func (s *Server) sendStdin(c echo.Context) error {
+	var b stdinBody
+	if err := decodeJSON(c, maxRunBody, &b); err != nil {
+		return err
+	}
+	if err := s.opts.Runs.SendStdin(c.Request().Context(), c.Param("id"), b.Data, b.EOF); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
 }
 
 func (s *Server) listRunners(c echo.Context) error {

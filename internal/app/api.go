@@ -68,6 +68,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 	qc := queue.NewClient(qopt)
 	defer qc.Close()
+	sched := queue.NewScheduler(st, qc, log)
 	folders, signer, err := Files(cfg)
 	if err != nil {
 		return err
@@ -85,7 +86,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	} else {
 		// Executors run their own watchdogs; this one ends lost runs even
 		// when none is left.
-		stop := runEvery(executor.WatchdogInterval, executor.NewWatchdog(st, log).Check)
+		stop := runEvery(executor.WatchdogInterval, executor.NewWatchdog(st, sched, log).Check)
 		defer stop()
 		ready["executors"] = func(ctx context.Context) error {
 			infos, err := st.Executors(ctx)
@@ -96,11 +97,12 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		}
 	}
 
-	svc := runs.NewService(st, hub, qc, runs.Limits{
+	svc := runs.NewService(st, hub, sched, runs.Limits{
 		MaxCodeBytes:      cfg.MaxCode,
 		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds(),
 		MaxStdinBytes:     maxStdin,
-	})
+		MaxWaiting:        cfg.MaxQueuedPerConversation,
+	}, log)
 	mcpServer := mcp.New(svc, log)
 
 	shutdownExecutor := func() {

@@ -154,10 +154,14 @@ type Executor struct {
 	*executor.Executor
 	Sandboxes *sandbox.Manager
 	docker    *client.Client
+	queue     *queue.Client
 }
 
-// Close releases the executor's Docker connection. Shut it down first.
-func (e *Executor) Close() { _ = e.docker.Close() }
+// Close releases the executor's connections. Shut it down first.
+func (e *Executor) Close() {
+	_ = e.queue.Close()
+	_ = e.docker.Close()
+}
 
 // StartExecutor connects to Docker and starts an executor on the Redis at
 // redisURL.
@@ -181,15 +185,17 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		Limits:     sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit},
 		Logger:     log.With("component", "sandbox"),
 	})
+	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{
 		ID:            cfg.ExecutorID,
 		Concurrency:   cfg.Concurrency,
 		MaxOutput:     cfg.MaxOutput,
 		ShutdownGrace: cfg.ShutdownGrace,
-	}, opt, st, sandboxes, folders, signer, log)
+	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
+		qc.Close()
 		docker.Close()
 		return nil, err
 	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker}, nil
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, queue: qc}, nil
 }

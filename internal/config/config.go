@@ -20,28 +20,30 @@ import (
 
 // Config is every setting of api and executor.
 type Config struct {
-	HTTPAddr       string
-	Tokens         map[string]string // token → client name
-	TokenGenerated bool              // no token was configured; one was made
-	RedisURL       string            // empty: embedded
-	SandboxRoot    string            // absolute
-	FileSecret     []byte            // empty: load or make one under SandboxRoot
-	FileURLTTL     time.Duration
-	PublicBaseURL  string
+	HTTPAddr      string
+	Tokens        map[string]string // token → client name
+	RedisURL      string            // empty: embedded
+	SandboxRoot   string            // absolute
+	FileSecret    []byte            // empty: load or make one under SandboxRoot
+	FileURLTTL    time.Duration
+	PublicBaseURL string
 
-	MemoryLimit   int64 // bytes
-	NanoCPUs      int64
-	PidsLimit     int64
-	ExecTimeout   time.Duration
-	MaxOutput     int
-	MaxCode       int
-	MaxUpload     int64
-	MaxRead       int64
-	QuotaBytes    int64
-	SessionTTL    time.Duration
-	Concurrency   int
-	ShutdownGrace time.Duration
-	ExecutorID    string
+	MemoryLimit int64 // bytes
+	NanoCPUs    int64
+	PidsLimit   int64
+	ExecTimeout time.Duration
+	MaxOutput   int
+	MaxCode     int
+	MaxUpload   int64
+	MaxRead     int64
+	QuotaBytes  int64
+	SessionTTL  time.Duration
+	// MaxQueuedPerConversation bounds the runs waiting behind a
+	// conversation's running one.
+	MaxQueuedPerConversation int
+	Concurrency              int
+	ShutdownGrace            time.Duration
+	ExecutorID               string
 
 	LogLevel  string
 	LogFormat string
@@ -52,26 +54,27 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	p := parser{getenv: getenv}
 	hostname, _ := os.Hostname()
 	c := &Config{
-		HTTPAddr:      p.str("MCP_HTTP_ADDR", ":8080"),
-		RedisURL:      p.str("REDIS_URL", ""),
-		SandboxRoot:   p.str("SANDBOX_ROOT", "./var/sandboxes"),
-		FileURLTTL:    p.duration("FILE_URL_TTL", 24*time.Hour),
-		PublicBaseURL: strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
-		MemoryLimit:   p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
-		NanoCPUs:      p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
-		PidsLimit:     int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
-		ExecTimeout:   p.duration("SANDBOX_EXEC_TIMEOUT", 60*time.Second),
-		MaxOutput:     p.positive("SANDBOX_MAX_OUTPUT_BYTES", 102400),
-		MaxCode:       p.positive("SANDBOX_MAX_CODE_BYTES", 102400),
-		MaxUpload:     int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800)),
-		MaxRead:       int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760)),
-		QuotaBytes:    int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
-		SessionTTL:    p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
-		Concurrency:   p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
-		ShutdownGrace: p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
-		ExecutorID:    p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
-		LogLevel:      p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
-		LogFormat:     p.oneOf("LOG_FORMAT", "text", "text", "json"),
+		HTTPAddr:                 p.str("MCP_HTTP_ADDR", ":8080"),
+		RedisURL:                 p.str("REDIS_URL", ""),
+		SandboxRoot:              p.str("SANDBOX_ROOT", "./var/sandboxes"),
+		FileURLTTL:               p.duration("FILE_URL_TTL", 24*time.Hour),
+		PublicBaseURL:            strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
+		MemoryLimit:              p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
+		NanoCPUs:                 p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
+		PidsLimit:                int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
+		ExecTimeout:              p.duration("SANDBOX_EXEC_TIMEOUT", 60*time.Second),
+		MaxOutput:                p.positive("SANDBOX_MAX_OUTPUT_BYTES", 102400),
+		MaxCode:                  p.positive("SANDBOX_MAX_CODE_BYTES", 102400),
+		MaxUpload:                int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800)),
+		MaxRead:                  int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760)),
+		QuotaBytes:               int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
+		SessionTTL:               p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
+		MaxQueuedPerConversation: p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16),
+		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
+		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
+		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
+		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 	}
 	c.Tokens = p.tokens()
 	if secret := getenv("FILE_SECRET"); secret != "" {

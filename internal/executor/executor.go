@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ type Executor struct {
 	sandboxes *sandbox.Manager
 	folders   *files.Folders
 	signer    *files.Signer
+	sched     *queue.Scheduler
 	log       *slog.Logger
 	redis     asynq.RedisConnOpt
 
@@ -72,7 +74,7 @@ type Executor struct {
 }
 
 // New returns an Executor. Start starts it.
-func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sandboxes *sandbox.Manager,
+func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Scheduler, sandboxes *sandbox.Manager,
 	folders *files.Folders, signer *files.Signer, log *slog.Logger) *Executor {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
@@ -84,7 +86,7 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sandboxes *sandb
 		cfg.PollInterval = DefaultPollInterval
 	}
 	return &Executor{
-		cfg: cfg, store: st, sandboxes: sandboxes, folders: folders, signer: signer,
+		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
 	}
 }
@@ -136,8 +138,9 @@ func (e *Executor) Start(ctx context.Context) error {
 			e.log.Warn("removed dangling sandboxes", "count", n)
 		}
 	})
-	wd := NewWatchdog(e.store, e.log)
+	wd := NewWatchdog(e.store, e.sched, e.log)
 	e.every(bg, WatchdogInterval, wd.Check)
+	e.background.Go(func() { e.listenForCancels(bg) })
 	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
 	return nil
 }
@@ -183,6 +186,33 @@ func (e *Executor) renew(ctx context.Context) {
 	}
 	for _, id := range lost {
 		e.cancel(id, ErrLeaseLost)
+	}
+	// Cancellations normally arrive by pub/sub at once; this catches one
+	// published while the subscription was reconnecting.
+	cancelled, err := e.store.CancelRequested(ctx, ids...)
+	if err != nil {
+		e.log.Warn("read cancellations", "err", err)
+	}
+	for _, id := range cancelled {
+		e.cancel(id, errUserCancel)
+	}
+}
+
+// listenForCancels stops runs whose cancellation a client asked for.
+func (e *Executor) listenForCancels(ctx context.Context) {
+	sub := e.store.SubscribeCancels(ctx)
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			e.cancel(msg.Payload, errUserCancel)
+		}
 	}
 }
 
@@ -254,7 +284,15 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
-	log := e.log.With("run", p.RunID, "conversation", p.Spec.ConversationID, "language", p.Spec.Language)
+	spec, err := e.store.Spec(ctx, p.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		e.log.Warn("task for a run that does not exist", "run", p.RunID)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read run: %w", err)
+	}
+	log := e.log.With("run", p.RunID, "conversation", spec.ConversationID, "language", spec.Language)
 
 	// The run is registered as active before it is claimed, so that a
 	// shutdown waits for it or ends it.
@@ -284,8 +322,8 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	log.Debug("run started")
-	res := e.run(runCtx, p, log)
-	return e.finish(p.RunID, res, log)
+	res := e.run(runCtx, p.RunID, spec, log)
+	return e.finish(p.RunID, spec.ConversationID, res, log)
 }
 
 // runState is what a run produced, for finish.
@@ -296,9 +334,8 @@ type runState struct {
 	failure error // a service error, logged
 }
 
-func (e *Executor) run(ctx context.Context, p payload, log *slog.Logger) runState {
-	spec := p.Spec
-	st := runState{result: runbox.Result{RunID: p.RunID, ConversationID: spec.ConversationID, ExitCode: -1}}
+func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) runState {
+	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1}}
 	fail := func(err error, msg string) runState {
 		st.failure = err
 		st.status = runbox.StatusError
@@ -317,12 +354,12 @@ func (e *Executor) run(ctx context.Context, p payload, log *slog.Logger) runStat
 	}
 
 	out := newOutput(e.cfg.MaxOutput, func(evs ...runbox.Event) {
-		if err := e.store.Append(context.WithoutCancel(ctx), p.RunID, evs...); err != nil {
+		if err := e.store.Append(context.WithoutCancel(ctx), id, evs...); err != nil {
 			log.Warn("publish output", "err", err)
 		}
 	})
 	req := sandbox.Request{
-		RunID:          p.RunID,
+		RunID:          id,
 		ConversationID: spec.ConversationID,
 		Language:       spec.Language,
 		Code:           spec.Code,
@@ -330,7 +367,11 @@ func (e *Executor) run(ctx context.Context, p payload, log *slog.Logger) runStat
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 	}
-	if spec.Stdin != "" {
+	switch {
+	case spec.Interactive:
+		// Input sent while it runs follows what came with the request.
+		req.Stdin = io.MultiReader(strings.NewReader(spec.Stdin), e.store.Stdin(ctx, id))
+	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
 	oc, runErr := e.sandboxes.Run(ctx, req, out.write)
@@ -375,24 +416,30 @@ func (e *Executor) run(ctx context.Context, p payload, log *slog.Logger) runStat
 // errUserCancel is the cause of a cancellation a client asked for.
 var errUserCancel = errors.New("cancelled")
 
-type payload = queue.Payload
-
-// finish records the result and the final events. It uses its own context:
-// the run's may be cancelled, and the result must still be written.
-func (e *Executor) finish(runID string, st runState, log *slog.Logger) error {
+// finish records the result and the final events, and enqueues the
+// conversation's next run. It uses its own context: the run's may be
+// cancelled, and the result must still be written.
+func (e *Executor) finish(runID, cid string, st runState, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if st.failure != nil {
 		log.Error("run failed", "err", st.failure)
 	}
-	ok, err := e.store.Finish(ctx, runID, []runbox.Status{runbox.StatusRunning}, store.LeaseDelete, st.status, &st.result, st.events...)
+	a, err := e.store.Finish(ctx, runID, store.Ending{
+		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+		Status: st.status, Result: &st.result, Events: st.events, Conversation: cid,
+	})
 	if err != nil {
 		return fmt.Errorf("record result: %w", err)
 	}
-	if !ok {
-		log.Warn("run was ended elsewhere before its result was recorded")
+	if !a.Done {
+		log.Warn("run was ended elsewhere before its result was recorded", "status", a.Status)
 	}
 	log.Info("run finished", "status", st.status, "exit_code", st.result.ExitCode, "duration_ms", st.result.DurationMS)
+	if err := e.sched.Enqueue(ctx, a.Next); err != nil {
+		// The sweep enqueues it shortly.
+		log.Warn("enqueue the conversation's next run", "next", a.Next, "err", err)
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -21,18 +22,28 @@ const lostMessage = "the executor running this program stopped unexpectedly; the
 // instead of waiting for ever, and the run is never started again. Every
 // executor runs one, and so does api; ending a run is atomic, so several
 // watchdogs do not conflict.
+//
+// It also sweeps the conversations (queue.Scheduler.Sweep), so that one
+// whose head ended without its successor being enqueued moves on.
 type Watchdog struct {
 	store *store.Store
+	sched *queue.Scheduler
 	log   *slog.Logger
 }
 
 // NewWatchdog returns a watchdog over st.
-func NewWatchdog(st *store.Store, log *slog.Logger) *Watchdog {
-	return &Watchdog{store: st, log: log.With("component", "watchdog")}
+func NewWatchdog(st *store.Store, sched *queue.Scheduler, log *slog.Logger) *Watchdog {
+	return &Watchdog{store: st, sched: sched, log: log.With("component", "watchdog")}
 }
 
-// Check ends the runs whose lease has expired.
+// Check ends the runs whose lease has expired, and sweeps the
+// conversations.
 func (w *Watchdog) Check(ctx context.Context) {
+	w.endLost(ctx)
+	w.sched.Sweep(ctx)
+}
+
+func (w *Watchdog) endLost(ctx context.Context) {
 	ids, err := w.store.ExpiredLeases(ctx, 100)
 	if err != nil {
 		w.log.Warn("read expired leases", "err", err)
@@ -78,14 +89,17 @@ func (w *Watchdog) end(ctx context.Context, id string) error {
 	if !run.StartedAt.IsZero() {
 		res.DurationMS = time.Since(run.StartedAt).Milliseconds()
 	}
-	ok, err := w.store.Finish(ctx, id, []runbox.Status{runbox.StatusRunning}, store.LeaseExpired, runbox.StatusError, res,
-		runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: lostMessage})
+	a, err := w.store.Finish(ctx, id, store.Ending{
+		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseExpired, Status: runbox.StatusError, Result: res,
+		Events:       []runbox.Event{{TS: time.Now(), Type: runbox.EventError, Message: lostMessage}},
+		Conversation: run.ConversationID,
+	})
 	if err != nil {
 		return err
 	}
-	if ok {
+	if a.Done {
 		executor, _ := w.store.Executor(ctx, id)
 		w.log.Warn("ended a run whose executor stopped", "run", id, "executor", executor)
 	}
-	return nil
+	return w.sched.Enqueue(ctx, a.Next)
 }

@@ -5,6 +5,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,28 @@ func New(rs *runs.Service, log *slog.Logger) *Server {
 		Name:        "list_runners",
 		Description: "List the languages that can be run, with their image and version.",
 	}, s.listRunners)
+	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+		Name: "start_run",
+		Description: "Start a program and return at once with its run_id; follow it with get_run. " +
+			"With interactive: true its stdin stays open for send_stdin.",
+	}, s.startRun)
+	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+		Name: "get_run",
+		Description: "A run's status, its events after after_seq (output as it was produced), and its result once done. " +
+			"wait_seconds waits for new events; pass the returned last_seq as after_seq to page on.",
+	}, s.getRun)
+	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+		Name:        "cancel_run",
+		Description: "Cancel a run: a queued one never starts, a running one is killed. Files written so far are kept.",
+	}, s.cancelRun)
+	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+		Name:        "list_runs",
+		Description: "Recent runs with their status, newest first: a conversation's, or all.",
+	}, s.listRuns)
+	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+		Name:        "send_stdin",
+		Description: "Send input to a run started with interactive: true; eof: true closes its stdin.",
+	}, s.sendStdin)
 	s.sdk.AddReceivingMiddleware(aliases)
 	return s
 }
@@ -59,7 +82,7 @@ func New(rs *runs.Service, log *slog.Logger) *Server {
 func (s *Server) SDK() *mcpsdk.Server { return s.sdk }
 
 func (s *Server) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.Request) (*mcpsdk.CallToolResult, any, error) {
-	run, err := s.runs.Submit(ctx, in.Spec())
+	run, err := s.runs.Submit(ctx, in.Spec(), in.IdempotencyKey)
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
@@ -91,6 +114,88 @@ func (s *Server) progress(ctx context.Context, req *mcpsdk.CallToolRequest) func
 			s.log.Debug("progress notification", "err", err)
 		}
 	}
+}
+
+// RunRef names a run.
+type RunRef struct {
+	RunID string `json:"run_id" jsonschema:"the run's id, from start_run or run_code"`
+}
+
+// Started is start_run's result.
+type Started struct {
+	RunID          string        `json:"run_id"`
+	Status         runbox.Status `json:"status"`
+	ConversationID string        `json:"conversationId"`
+}
+
+func (s *Server) startRun(ctx context.Context, _ *mcpsdk.CallToolRequest, in runs.StartRequest) (*mcpsdk.CallToolResult, any, error) {
+	run, err := s.runs.Submit(ctx, in.Spec(), in.IdempotencyKey)
+	if err != nil {
+		return s.toolError(ctx, err)
+	}
+	return nil, Started{RunID: run.ID, Status: run.Status, ConversationID: run.ConversationID}, nil
+}
+
+// GetRunInput are get_run's arguments.
+type GetRunInput struct {
+	RunID       string `json:"run_id" jsonschema:"the run's id"`
+	WaitSeconds int    `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds (at most 60) for new events"`
+	AfterSeq    int64  `json:"after_seq,omitempty" jsonschema:"return only events after this seq"`
+}
+
+func (s *Server) getRun(ctx context.Context, _ *mcpsdk.CallToolRequest, in GetRunInput) (*mcpsdk.CallToolResult, any, error) {
+	p, err := s.runs.Poll(ctx, in.RunID, in.AfterSeq, in.WaitSeconds)
+	if err != nil {
+		return s.toolError(ctx, err)
+	}
+	return nil, p, nil
+}
+
+// Cancelled is cancel_run's result.
+type Cancelled struct {
+	RunID  string        `json:"run_id"`
+	Status runbox.Status `json:"status"`
+}
+
+func (s *Server) cancelRun(ctx context.Context, _ *mcpsdk.CallToolRequest, in RunRef) (*mcpsdk.CallToolResult, any, error) {
+	st, err := s.runs.Cancel(ctx, in.RunID)
+	if err != nil {
+		return s.toolError(ctx, err)
+	}
+	return nil, Cancelled{RunID: in.RunID, Status: st}, nil
+}
+
+// ListRunsInput are list_runs' arguments.
+type ListRunsInput struct {
+	ConversationID string `json:"conversationId,omitempty" jsonschema:"only this conversation's runs"`
+	SessionID      string `json:"session_id,omitempty" jsonschema:"another name for conversationId"`
+}
+
+// RunList is list_runs' result.
+type RunList struct {
+	Runs []runbox.Run `json:"runs"`
+}
+
+func (s *Server) listRuns(ctx context.Context, _ *mcpsdk.CallToolRequest, in ListRunsInput) (*mcpsdk.CallToolResult, any, error) {
+	list, err := s.runs.List(ctx, cmp.Or(in.ConversationID, in.SessionID))
+	if err != nil {
+		return s.toolError(ctx, err)
+	}
+	return nil, RunList{Runs: list}, nil
+}
+
+// SendStdinInput are send_stdin's arguments.
+type SendStdinInput struct {
+	RunID string `json:"run_id" jsonschema:"the run's id"`
+	Data  string `json:"data,omitempty" jsonschema:"text for the program's stdin (add the newline input() waits for)"`
+	EOF   bool   `json:"eof,omitempty" jsonschema:"close the program's stdin after data"`
+}
+
+func (s *Server) sendStdin(ctx context.Context, _ *mcpsdk.CallToolRequest, in SendStdinInput) (*mcpsdk.CallToolResult, any, error) {
+	if err := s.runs.SendStdin(ctx, in.RunID, in.Data, in.EOF); err != nil {
+		return s.toolError(ctx, err)
+	}
+	return nil, map[string]bool{"ok": true}, nil
 }
 
 // resultContent is a run's result for clients without structured output: a

@@ -39,7 +39,7 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},
 	}}, time.Hour)
-	svc := runs.NewService(st, hub, q, runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100})
+	svc := runs.NewService(st, hub, queue.NewScheduler(st, q, log), runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100, MaxWaiting: 4}, log)
 	srv := New(svc, log)
 
 	f := &fixture{store: st}
@@ -63,15 +63,16 @@ func (f *fixture) finish(t *testing.T, cid string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		ids, _ := f.store.Redis().ZRange(ctx, "runbox:conv:"+cid+":runs", 0, -1).Result()
-		for _, id := range ids {
+		runs, _ := f.store.Runs(ctx, cid, 10)
+		for _, r := range runs {
+			id := r.ID
 			if ok, _ := f.store.Claim(ctx, id, "fake", time.Minute); !ok {
 				continue
 			}
 			f.store.Append(ctx, id, runbox.Event{Type: runbox.EventStdout, Data: "one\n"})
 			f.store.Append(ctx, id, runbox.Event{Type: runbox.EventStderr, Data: "two\n"})
-			f.store.Finish(ctx, id, []runbox.Status{runbox.StatusRunning}, store.LeaseDelete, runbox.StatusSucceeded,
-				&runbox.Result{Success: true, Stdout: "one\n", Stderr: "two\n", RunID: id, ConversationID: cid})
+			f.store.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete, Status: runbox.StatusSucceeded,
+				Result: &runbox.Result{Success: true, Stdout: "one\n", Stderr: "two\n", RunID: id, ConversationID: cid}, Conversation: cid})
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/runbox-dev/runbox"
 )
 
 const (
@@ -27,17 +25,17 @@ const (
 	timeoutMargin = 2 * time.Minute
 )
 
-// Payload is what a run task carries.
+// Payload is what a run task carries: the run's id. What to run is in the
+// run's record (store.Spec), so the dashboard does not show users' code.
 type Payload struct {
-	RunID string      `json:"run_id"`
-	Spec  runbox.Spec `json:"spec"`
+	RunID string `json:"run_id"`
 }
 
-// NewTask returns the task for a run. The task id is the run id, so a run
-// is never enqueued twice; it is never retried, so user code never runs
-// twice.
-func NewTask(runID string, spec runbox.Spec) (*asynq.Task, error) {
-	b, err := json.Marshal(Payload{RunID: runID, Spec: spec})
+// NewTask returns the task for a run that may take timeout. The task id is
+// the run id, so a run is never enqueued twice; it is never retried, so
+// user code never runs twice.
+func NewTask(runID string, timeout time.Duration) (*asynq.Task, error) {
+	b, err := json.Marshal(Payload{RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("encode task: %w", err)
 	}
@@ -45,7 +43,7 @@ func NewTask(runID string, spec runbox.Spec) (*asynq.Task, error) {
 		asynq.TaskID(runID),
 		asynq.Queue(Name),
 		asynq.MaxRetry(0),
-		asynq.Timeout(spec.Timeout().Truncate(time.Second)+timeoutMargin),
+		asynq.Timeout(timeout.Truncate(time.Second)+timeoutMargin),
 		asynq.Retention(Retention),
 	), nil
 }
@@ -73,13 +71,14 @@ func NewClient(opt asynq.RedisConnOpt) *Client { return &Client{c: asynq.NewClie
 // Close closes the client's connection.
 func (c *Client) Close() error { return c.c.Close() }
 
-// Enqueue queues a run.
-func (c *Client) Enqueue(ctx context.Context, runID string, spec runbox.Spec) error {
-	t, err := NewTask(runID, spec)
+// Enqueue queues a run. A run that is already queued is left as it is.
+func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duration) error {
+	t, err := NewTask(runID, timeout)
 	if err != nil {
 		return err
 	}
-	if _, err := c.c.EnqueueContext(ctx, t); err != nil {
+	_, err = c.c.EnqueueContext(ctx, t)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("enqueue run %s: %w", runID, err)
 	}
 	return nil

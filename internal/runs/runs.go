@@ -7,13 +7,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
@@ -22,7 +23,8 @@ import (
 type Limits struct {
 	MaxCodeBytes      int
 	MaxTimeoutSeconds int // also the default
-	MaxStdinBytes     int
+	MaxStdinBytes     int // stdin given up front, and each send_stdin
+	MaxWaiting        int // runs waiting per conversation
 }
 
 // Bounds of a run's environment variables.
@@ -40,8 +42,7 @@ var aliases = map[string]string{
 	"sh": "bash", "shell": "bash",
 }
 
-// Request is what a client sends to run a program: run_code's arguments
-// and the body of POST /v1/runs.
+// Request is what a client sends to run a program: run_code's arguments.
 type Request struct {
 	Language       string            `json:"language" jsonschema:"python, typescript or bash"`
 	Code           string            `json:"code" jsonschema:"the program's source code"`
@@ -50,6 +51,13 @@ type Request struct {
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; the server's maximum if omitted"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to the program's standard input"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"the same key within 24 hours returns the same run instead of running the code again"`
+}
+
+// StartRequest is start_run's arguments and the body of POST /v1/runs.
+type StartRequest struct {
+	Request
+	Interactive bool `json:"interactive,omitempty" jsonschema:"keep the program's stdin open for send_stdin"`
 }
 
 // Spec returns the run the request asks for.
@@ -68,17 +76,25 @@ func (r Request) Spec() runbox.Spec {
 	}
 }
 
+// Spec returns the run the request asks for.
+func (r StartRequest) Spec() runbox.Spec {
+	spec := r.Request.Spec()
+	spec.Interactive = r.Interactive
+	return spec
+}
+
 // Service submits and follows runs.
 type Service struct {
 	store  *store.Store
 	hub    *store.Hub
-	queue  *queue.Client
+	sched  *queue.Scheduler
 	limits Limits
+	log    *slog.Logger
 }
 
 // NewService returns a Service.
-func NewService(st *store.Store, hub *store.Hub, q *queue.Client, limits Limits) *Service {
-	return &Service{store: st, hub: hub, queue: q, limits: limits}
+func NewService(st *store.Store, hub *store.Hub, sched *queue.Scheduler, limits Limits, log *slog.Logger) *Service {
+	return &Service{store: st, hub: hub, sched: sched, limits: limits, log: log}
 }
 
 // Limits returns the service's limits.
@@ -155,30 +171,20 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Submit checks spec, records the run as queued and enqueues it.
-func (s *Service) Submit(ctx context.Context, spec runbox.Spec) (runbox.Run, error) {
+// Submit checks spec, records the run as queued and enqueues it, or lets
+// it wait behind the runs of its conversation. A non-empty idempotency key
+// that the client used before returns that run instead.
+func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
 	spec, err := s.Normalize(spec)
 	if err != nil {
 		return runbox.Run{}, err
 	}
-	runners, err := s.store.Runners(ctx)
-	if err != nil {
+	if len(idempotencyKey) > 200 {
+		return runbox.Run{}, runbox.Errorf(runbox.EInvalid, "idempotency_key is longer than 200 bytes")
+	}
+	if err := s.checkLanguage(ctx, spec.Language); err != nil {
 		return runbox.Run{}, err
 	}
-	if len(runners) == 0 {
-		return runbox.Run{}, runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
-	}
-	var names []string
-	known := false
-	for _, r := range runners {
-		names = append(names, r.Language)
-		known = known || r.Language == spec.Language
-	}
-	if !known {
-		return runbox.Run{}, runbox.Errorf(runbox.EUnknownLanguage, "unknown language %q; available: %s",
-			truncate(spec.Language, 40), strings.Join(names, ", "))
-	}
-
 	run := runbox.Run{
 		ID:             "run_" + randomHex(12),
 		ConversationID: spec.ConversationID,
@@ -189,18 +195,41 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec) (runbox.Run, err
 	}
 	// Recorded (with its queued event) before it is enqueued, so that the
 	// executor's started event can never come first.
-	if err := s.store.CreateRun(ctx, run); err != nil {
+	adm, id, err := s.store.CreateRun(ctx, store.NewRun{
+		Run: run, Spec: spec, Client: auth.Client(ctx), IdempotencyKey: idempotencyKey, MaxWaiting: s.limits.MaxWaiting,
+	})
+	if err != nil {
 		return runbox.Run{}, err
 	}
-	if err := s.queue.Enqueue(ctx, run.ID, spec); err != nil {
-		msg := "the run could not be queued"
-		_, ferr := s.store.Finish(context.WithoutCancel(ctx), run.ID, []runbox.Status{runbox.StatusQueued}, store.LeaseKeep,
-			runbox.StatusError, &runbox.Result{RunID: run.ID, ConversationID: run.ConversationID, ExitCode: -1, Error: msg,
-				Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}},
-			runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
-		return runbox.Run{}, errors.Join(fmt.Errorf("%w: %w", runbox.Errorf(runbox.EUnavailable, "%s", msg), err), ferr)
+	switch adm {
+	case store.Exists:
+		return s.store.Run(ctx, id)
+	case store.Enqueue:
+		if err := s.sched.Enqueue(ctx, id); err != nil {
+			// Recorded as its conversation's head: the sweep enqueues it.
+			s.log.Warn("enqueue run; the sweep will", "run", id, "err", err)
+		}
 	}
 	return run, nil
+}
+
+func (s *Service) checkLanguage(ctx context.Context, lang string) error {
+	runners, err := s.store.Runners(ctx)
+	if err != nil {
+		return err
+	}
+	if len(runners) == 0 {
+		return runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
+	}
+	names := make([]string, len(runners))
+	for i, r := range runners {
+		if r.Language == lang {
+			return nil
+		}
+		names[i] = r.Language
+	}
+	return runbox.Errorf(runbox.EUnknownLanguage, "unknown language %q; available: %s",
+		truncate(lang, 40), strings.Join(names, ", "))
 }
 
 // Get returns a run's record.

@@ -15,10 +15,10 @@ import (
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
-var limits = Limits{MaxCodeBytes: 100, MaxTimeoutSeconds: 60, MaxStdinBytes: 10}
+var limits = Limits{MaxCodeBytes: 100, MaxTimeoutSeconds: 60, MaxStdinBytes: 10, MaxWaiting: 4}
 
 func TestNormalize(t *testing.T) {
-	s := NewService(nil, nil, nil, limits)
+	s := NewService(nil, nil, nil, limits, slog.New(slog.DiscardHandler))
 	tests := []struct {
 		name     string
 		spec     runbox.Spec
@@ -70,22 +70,23 @@ func newService(t *testing.T) (*Service, *store.Store, asynq.RedisConnOpt) {
 	}
 	q := queue.NewClient(opt)
 	t.Cleanup(func() { q.Close() })
-	return NewService(st, hub, q, limits), st, opt
+	log := slog.New(slog.DiscardHandler)
+	return NewService(st, hub, queue.NewScheduler(st, q, log), limits, log), st, opt
 }
 
 func TestSubmit(t *testing.T) {
 	s, st, opt := newService(t)
 	ctx := context.Background()
 	spec := runbox.Spec{Language: "python", Code: "print(1)"}
-	if _, err := s.Submit(ctx, spec); runbox.ErrorCode(err) != runbox.EUnavailable {
+	if _, err := s.Submit(ctx, spec, ""); runbox.ErrorCode(err) != runbox.EUnavailable {
 		t.Fatalf("with no executor: %v, want unavailable", err)
 	}
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}}, time.Minute)
-	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}); runbox.ErrorCode(err) != runbox.EUnknownLanguage ||
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}, ""); runbox.ErrorCode(err) != runbox.EUnknownLanguage ||
 		!strings.Contains(runbox.ErrorMessage(err), "available: python") {
 		t.Fatalf("unknown language: %v", err)
 	}
-	run, err := s.Submit(ctx, spec)
+	run, err := s.Submit(ctx, spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +98,8 @@ func TestSubmit(t *testing.T) {
 		t.Errorf("task %+v: want no retries", info)
 	}
 	p, err := queue.Decode(asynq.NewTask(info.Type, info.Payload))
-	if err != nil || p.RunID != run.ID || p.Spec.TimeoutSeconds != 60 || p.Spec.ConversationID != run.ConversationID {
-		t.Errorf("payload %+v, %v", p, err)
+	if err != nil || p.RunID != run.ID || info.Timeout < 60*time.Second {
+		t.Errorf("payload %+v, %v (timeout %v)", p, err, info.Timeout)
 	}
 	got, err := s.Get(ctx, run.ID)
 	if err != nil || got.Status != runbox.StatusQueued {
@@ -112,8 +113,8 @@ func TestSubmit(t *testing.T) {
 	go func() {
 		st.Claim(ctx, run.ID, "ex", time.Minute)
 		st.Append(ctx, run.ID, runbox.Event{Type: runbox.EventStdout, Data: "1\n"})
-		st.Finish(ctx, run.ID, []runbox.Status{runbox.StatusRunning}, store.LeaseDelete, runbox.StatusSucceeded,
-			&runbox.Result{Success: true, Stdout: "1\n", RunID: run.ID})
+		st.Finish(ctx, run.ID, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+			Status: runbox.StatusSucceeded, Result: &runbox.Result{Success: true, Stdout: "1\n", RunID: run.ID}, Conversation: run.ConversationID})
 	}()
 	var types []string
 	res, err := s.Wait(ctx, run.ID, 0, func(ev runbox.Event) { types = append(types, ev.Type) })

@@ -6,41 +6,68 @@ import "github.com/redis/go-redis/v9"
 // them under the run's lock-free HINCRBY and splice the seq in front, so seq
 // is assigned where the event is appended and can never repeat or skip.
 
-// createScript records a new run and its queued event.
+// createScript records a new run and its queued event, and admits it to
+// its conversation: runs of a conversation execute one at a time, in
+// order, so only the conversation's head is enqueued; the others wait in
+// its pending list until the head ends.
 //
-// KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs
+// KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs,
+// KEYS[4] the conversation's head, KEYS[5] its pending list,
+// KEYS[6] conversations with a head, KEYS[7] recent runs,
+// KEYS[8] the idempotency key (ignored when ARGV[8] is "")
 // ARGV[1] run id, ARGV[2] created (unix ms), ARGV[3] channel, ARGV[4] ttl (s),
-// ARGV[5] queued event, ARGV[6..] field/value pairs of the run hash.
-// Returns 1, or 0 when the run exists.
+// ARGV[5] queued event, ARGV[6] most runs waiting per conversation,
+// ARGV[7] conversation id, ARGV[8] idempotency: "" or "1",
+// ARGV[9..] field/value pairs of the run hash.
+// Returns {"enqueue"}, {"wait"}, {"busy"}, or {"exists", run id} when the
+// idempotency key was used before.
 var createScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 6))
+if ARGV[8] ~= '' then
+  local prev = redis.call('GET', KEYS[8])
+  if prev then return {'exists', prev} end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ARGV[1]} end
+if redis.call('LLEN', KEYS[5]) >= tonumber(ARGV[6]) then return {'busy'} end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 9))
 local ev = '{"seq":1,' .. string.sub(ARGV[5], 2)
 redis.call('RPUSH', KEYS[2], ev)
 redis.call('PUBLISH', ARGV[3], ev)
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -1001)
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
-return 1
+if ARGV[8] ~= '' then redis.call('SET', KEYS[8], ARGV[1], 'EX', ARGV[4]) end
+if redis.call('SET', KEYS[4], ARGV[1], 'NX') then
+  redis.call('SADD', KEYS[6], ARGV[7])
+  return {'enqueue'}
+end
+redis.call('RPUSH', KEYS[5], ARGV[1])
+redis.call('EXPIRE', KEYS[5], ARGV[4])
+return {'wait'}
 `)
 
 // transitionScript moves a run between statuses, updates its lease and
-// fields, and appends events, all or nothing.
+// fields, and appends events, all or nothing. When the run ends (ARGV[9]
+// is "1"), its conversation moves on: if the run was the head, the next
+// pending run becomes the head; if it was waiting, it leaves the list.
 //
-// KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases
+// KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
+// KEYS[4] the conversation's head, KEYS[5] its pending list,
+// KEYS[6] conversations with a head
 // ARGV[1] run id
 // ARGV[2] statuses the run must be in, space separated ("" = any)
 // ARGV[3] new status ("" = unchanged)
 // ARGV[4] lease operation: "set", "del", "expired" (only if the lease has
-//
-//	expired, then del) or ""
-//
+// expired, then del) or ""
 // ARGV[5] lease length (ms) for "set"
-// ARGV[6] channel, ARGV[7] ttl (s)
-// ARGV[8] n, the number of field/value pairs that follow
-// ARGV[9 .. 8+2n] field/value pairs; ARGV[9+2n ..] events
-// Returns {1, last seq} or {0, current status} when nothing was done.
+// ARGV[6] channel, ARGV[7] ttl (s), ARGV[8] conversation id,
+// ARGV[9] "1" when the run ends
+// ARGV[10] n, the number of field/value pairs that follow
+// ARGV[11 .. 10+2n] field/value pairs; ARGV[11+2n ..] events
+// Returns {1, last seq, next head or ""} or {0, current status} when nothing
+// was done.
 var transitionScript = redis.NewScript(`
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {0, ''} end
@@ -59,12 +86,12 @@ elseif ARGV[4] == 'del' then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'status', ARGV[3]) end
-local n = tonumber(ARGV[8])
+local n = tonumber(ARGV[10])
 for i = 0, n - 1 do
-  redis.call('HSET', KEYS[1], ARGV[9 + 2 * i], ARGV[10 + 2 * i])
+  redis.call('HSET', KEYS[1], ARGV[11 + 2 * i], ARGV[12 + 2 * i])
 end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
-for i = 9 + 2 * n, #ARGV do
+for i = 11 + 2 * n, #ARGV do
   seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
   local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2)
   redis.call('RPUSH', KEYS[2], ev)
@@ -72,7 +99,43 @@ for i = 9 + 2 * n, #ARGV do
 end
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('EXPIRE', KEYS[2], ARGV[7])
-return {1, seq}
+local nextRun = ''
+if ARGV[9] == '1' then
+  if redis.call('GET', KEYS[4]) == ARGV[1] then
+    nextRun = redis.call('LPOP', KEYS[5])
+    if nextRun then
+      redis.call('SET', KEYS[4], nextRun)
+    else
+      nextRun = ''
+      redis.call('DEL', KEYS[4])
+      redis.call('SREM', KEYS[6], ARGV[8])
+    end
+  else
+    redis.call('LREM', KEYS[5], 0, ARGV[1])
+  end
+end
+return {1, seq, nextRun}
+`)
+
+// advanceScript moves a conversation past a head that ended without going
+// through transitionScript (it expired, or its end was recorded by a
+// process that died before moving on).
+//
+// KEYS[1] the conversation's head, KEYS[2] its pending list,
+// KEYS[3] conversations with a head
+// ARGV[1] the head that ended, ARGV[2] conversation id
+// Returns the new head, or "" when the conversation is idle or its head
+// was not ARGV[1].
+var advanceScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return '' end
+local nextRun = redis.call('LPOP', KEYS[2])
+if nextRun then
+  redis.call('SET', KEYS[1], nextRun)
+  return nextRun
+end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[2])
+return ''
 `)
 
 // renewScript extends leases that still exist.

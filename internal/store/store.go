@@ -20,21 +20,6 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-// Key names. A run's keys share a hash tag so that its scripts touch one
-// slot.
-const prefix = "runbox:"
-
-func runKey(id string) string           { return prefix + "run:{" + id + "}" }
-func eventsKey(id string) string        { return prefix + "run:{" + id + "}:events" }
-func channel(id string) string          { return prefix + "events:" + id }
-func conversationKey(cid string) string { return prefix + "conv:" + cid + ":runs" }
-func executorKey(id string) string      { return prefix + "executor:" + id }
-
-const (
-	leasesKey    = prefix + "leases"
-	executorsKey = prefix + "executors"
-)
-
 // DefaultRetention is how long a run's record and events are kept.
 const DefaultRetention = 24 * time.Hour
 
@@ -58,26 +43,89 @@ func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 
 func (s *Store) ttlSeconds() int64 { return int64(s.retention / time.Second) }
 
-// CreateRun records a queued run and logs its queued event. It fails if
-// the run exists.
-func (s *Store) CreateRun(ctx context.Context, run runbox.Run) error {
+// Admission says what became of a new run.
+type Admission int
+
+const (
+	// Enqueue: the run heads its conversation; enqueue it now.
+	Enqueue Admission = iota + 1
+	// Wait: it waits behind its conversation's head, and is enqueued when
+	// its turn comes (Finish returns it as next).
+	Wait
+	// Exists: the idempotency key was used before; the run is that one.
+	Exists
+)
+
+// NewRun is a run to record.
+type NewRun struct {
+	Run  runbox.Run
+	Spec runbox.Spec
+	// Client and IdempotencyKey, when the key is set, make a retried
+	// submission return the first run instead of a new one.
+	Client         string
+	IdempotencyKey string
+	// MaxWaiting bounds the runs waiting per conversation.
+	MaxWaiting int
+}
+
+// ErrBusy reports a conversation with too many runs waiting.
+var ErrBusy = runbox.Errorf(runbox.EBusy, "too many runs are waiting in this conversation; try again when some have finished")
+
+// CreateRun records a queued run with its queued event and admits it to its
+// conversation. With Exists, the returned id is the earlier run's.
+func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, error) {
+	run := nr.Run
 	ev, err := eventBody(runbox.Event{TS: run.CreatedAt, Type: runbox.EventQueued})
 	if err != nil {
-		return err
+		return 0, "", err
 	}
-	created := run.CreatedAt.UnixMilli()
-	args := []any{run.ID, created, channel(run.ID), s.ttlSeconds(), ev,
-		"id", run.ID, "conversation", run.ConversationID, "language", run.Language,
-		"created", created, "interactive", boolField(run.Interactive)}
-	n, err := createScript.Run(ctx, s.rdb,
-		[]string{runKey(run.ID), eventsKey(run.ID), conversationKey(run.ConversationID)}, args...).Int()
+	spec, err := json.Marshal(nr.Spec)
 	if err != nil {
-		return fmt.Errorf("create run: %w", err)
+		return 0, "", err
 	}
-	if n == 0 {
-		return fmt.Errorf("create run %s: already exists", run.ID)
+	idem, idemKey := "", prefix+"idem:-"
+	if nr.IdempotencyKey != "" {
+		idem, idemKey = "1", idempotencyKey(nr.Client, nr.IdempotencyKey)
 	}
-	return nil
+	cid := run.ConversationID
+	created := run.CreatedAt.UnixMilli()
+	args := []any{run.ID, created, channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem,
+		"id", run.ID, "conversation", cid, "language", run.Language,
+		"created", created, "interactive", boolField(run.Interactive), specField, string(spec)}
+	res, err := createScript.Run(ctx, s.rdb, []string{
+		runKey(run.ID), eventsKey(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
+		conversationPendingKey(cid), busyConvsKey, recentRunsKey, idemKey,
+	}, args...).StringSlice()
+	if err != nil {
+		return 0, "", fmt.Errorf("create run: %w", err)
+	}
+	switch res[0] {
+	case "enqueue":
+		return Enqueue, run.ID, nil
+	case "wait":
+		return Wait, run.ID, nil
+	case "exists":
+		return Exists, res[1], nil
+	case "busy":
+		return 0, "", ErrBusy
+	}
+	return 0, "", fmt.Errorf("create run: unexpected reply %v", res)
+}
+
+// Spec returns what a run was asked to do.
+func (s *Store) Spec(ctx context.Context, id string) (runbox.Spec, error) {
+	var spec runbox.Spec
+	b, err := s.rdb.HGet(ctx, runKey(id), specField).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return spec, ErrNotFound
+	}
+	if err != nil {
+		return spec, fmt.Errorf("read run %s: %w", id, err)
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("read run %s: spec: %w", id, err)
+	}
+	return spec, nil
 }
 
 // Transition describes a change of a run's state.
@@ -87,6 +135,9 @@ type Transition struct {
 	Lease  LeaseOp
 	Fields map[string]string
 	Events []runbox.Event
+	// Conversation is the run's; when To is final, the conversation moves
+	// on to its next run.
+	Conversation string
 }
 
 // LeaseOp says what a transition does to the run's lease.
@@ -99,42 +150,62 @@ const (
 	LeaseExpired // only if the lease has run out; then delete it
 )
 
-// Apply carries out t atomically. It reports false, with the run's current
-// status, when the run was not in a status of t.From (or, for
-// LeaseExpired, its lease was still current): then nothing changed.
-func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.Duration) (bool, runbox.Status, error) {
+// Applied is the outcome of a transition.
+type Applied struct {
+	// Done is false when the run was not in a status of From (or, for
+	// LeaseExpired, its lease was still current): then nothing changed.
+	Done bool
+	// Status is the run's status when nothing changed.
+	Status runbox.Status
+	// Next is the run that now heads the conversation and must be
+	// enqueued, if any.
+	Next string
+}
+
+// Apply carries out t atomically.
+func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.Duration) (Applied, error) {
 	from := make([]string, len(t.From))
 	for i, st := range t.From {
 		from[i] = string(st)
 	}
 	op := [...]string{LeaseKeep: "", LeaseSet: "set", LeaseDelete: "del", LeaseExpired: "expired"}[t.Lease]
+	ends := ""
+	if t.To.Final() && t.Conversation != "" {
+		ends = "1"
+	}
 	args := []any{id, strings.Join(from, " "), string(t.To), op, lease.Milliseconds(),
-		channel(id), s.ttlSeconds(), len(t.Fields)}
+		channel(id), s.ttlSeconds(), t.Conversation, ends, len(t.Fields)}
 	for k, v := range t.Fields {
 		args = append(args, k, v)
 	}
 	for _, ev := range t.Events {
 		b, err := eventBody(ev)
 		if err != nil {
-			return false, "", err
+			return Applied{}, err
 		}
 		args = append(args, b)
 	}
-	res, err := transitionScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey}, args...).Slice()
+	cid := t.Conversation
+	res, err := transitionScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey,
+		conversationHeadKey(cid), conversationPendingKey(cid), busyConvsKey}, args...).Slice()
 	if err != nil {
-		return false, "", fmt.Errorf("update run %s: %w", id, err)
+		return Applied{}, fmt.Errorf("update run %s: %w", id, err)
 	}
-	if len(res) != 2 {
-		return false, "", fmt.Errorf("update run %s: unexpected reply %v", id, res)
+	if len(res) < 2 {
+		return Applied{}, fmt.Errorf("update run %s: unexpected reply %v", id, res)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
-		return true, "", nil
+		a := Applied{Done: true}
+		if len(res) == 3 {
+			a.Next, _ = res[2].(string)
+		}
+		return a, nil
 	}
 	st, _ := res[1].(string)
 	if st == "" {
-		return false, "", ErrNotFound
+		return Applied{}, ErrNotFound
 	}
-	return false, runbox.Status(st), nil
+	return Applied{Status: runbox.Status(st)}, nil
 }
 
 // Claim marks a queued run as running on executor, with a lease, and logs
@@ -142,7 +213,7 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 // cancelled, or it already ran and must not run again.
 func (s *Store) Claim(ctx context.Context, id, executor string, lease time.Duration) (bool, error) {
 	now := s.now()
-	ok, _, err := s.Apply(ctx, id, Transition{
+	a, err := s.Apply(ctx, id, Transition{
 		From:   []runbox.Status{runbox.StatusQueued},
 		To:     runbox.StatusRunning,
 		Lease:  LeaseSet,
@@ -152,39 +223,49 @@ func (s *Store) Claim(ctx context.Context, id, executor string, lease time.Durat
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
-	return ok, err
+	return a.Done, err
 }
 
 // Append logs events of a running run.
 func (s *Store) Append(ctx context.Context, id string, evs ...runbox.Event) error {
-	ok, st, err := s.Apply(ctx, id, Transition{From: []runbox.Status{runbox.StatusRunning}, Events: evs}, 0)
+	a, err := s.Apply(ctx, id, Transition{From: []runbox.Status{runbox.StatusRunning}, Events: evs}, 0)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("append to run %s: run is %s", id, st)
+	if !a.Done {
+		return fmt.Errorf("append to run %s: run is %s", id, a.Status)
 	}
 	return nil
 }
 
-// Finish ends a run in status with its result, logging evs and then the
-// done event. It reports false when the run was not in a status of from
-// (another party ended it first).
-func (s *Store) Finish(ctx context.Context, id string, from []runbox.Status, lease LeaseOp, status runbox.Status, res *runbox.Result, evs ...runbox.Event) (bool, error) {
-	b, err := json.Marshal(res)
+// Ending is how a run ends, for Finish.
+type Ending struct {
+	From         []runbox.Status // statuses it may end from
+	Lease        LeaseOp
+	Status       runbox.Status
+	Result       *runbox.Result
+	Events       []runbox.Event // logged before done
+	Conversation string
+}
+
+// Finish ends a run with its result, logging the events and then done, and
+// moves its conversation on. It returns the transition's outcome: Done is
+// false when another party ended the run first; Next is the run to enqueue.
+func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error) {
+	b, err := json.Marshal(e.Result)
 	if err != nil {
-		return false, err
+		return Applied{}, err
 	}
 	now := s.now()
-	evs = append(evs, runbox.Event{TS: now, Type: runbox.EventDone, Result: res})
-	ok, _, err := s.Apply(ctx, id, Transition{
-		From:   from,
-		To:     status,
-		Lease:  lease,
-		Fields: map[string]string{"result": string(b), "finished": strconv.FormatInt(now.UnixMilli(), 10)},
-		Events: evs,
+	evs := append(slices.Clip(e.Events), runbox.Event{TS: now, Type: runbox.EventDone, Result: e.Result})
+	return s.Apply(ctx, id, Transition{
+		From:         e.From,
+		To:           e.Status,
+		Lease:        e.Lease,
+		Fields:       map[string]string{"result": string(b), "finished": strconv.FormatInt(now.UnixMilli(), 10)},
+		Events:       evs,
+		Conversation: e.Conversation,
 	}, 0)
-	return ok, err
 }
 
 // Run returns a run's record.

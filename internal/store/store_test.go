@@ -25,20 +25,42 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 	})
 }
 
+// newRun creates a run in a conversation of its own.
 func newRun(t *testing.T, s *Store, id string) {
 	t.Helper()
-	err := s.CreateRun(context.Background(), runbox.Run{ID: id, ConversationID: "c1", Language: "python", CreatedAt: time.Now()})
+	newRunIn(t, s, id, "c-"+id)
+}
+
+func newRunIn(t *testing.T, s *Store, id, cid string) Admission {
+	t.Helper()
+	adm, _, err := s.CreateRun(context.Background(), NewRun{
+		Run:        runbox.Run{ID: id, ConversationID: cid, Language: "python", CreatedAt: time.Now()},
+		Spec:       runbox.Spec{Language: "python", Code: "print('" + id + "')", ConversationID: cid},
+		MaxWaiting: 3,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return adm
+}
+
+func finish(t *testing.T, s *Store, id, cid string, from runbox.Status) Applied {
+	t.Helper()
+	a, err := s.Finish(context.Background(), id, Ending{From: []runbox.Status{from}, Lease: LeaseDelete,
+		Status: runbox.StatusSucceeded, Result: &runbox.Result{}, Conversation: cid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func TestRunLifecycle(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		newRun(t, s, "r1")
-		if err := s.CreateRun(ctx, runbox.Run{ID: "r1", ConversationID: "c1", CreatedAt: time.Now()}); err == nil {
-			t.Error("second CreateRun of the same id succeeded")
+		spec, err := s.Spec(ctx, "r1")
+		if err != nil || spec.Code != "print('r1')" {
+			t.Fatalf("Spec = %+v, %v", spec, err)
 		}
 		ok, err := s.Claim(ctx, "r1", "ex1", time.Minute)
 		if err != nil || !ok {
@@ -52,12 +74,12 @@ func TestRunLifecycle(t *testing.T) {
 		}
 		code := 0
 		res := &runbox.Result{Success: true, Stdout: "hi\n", RunID: "r1"}
-		ok, err = s.Finish(ctx, "r1", []runbox.Status{runbox.StatusRunning}, LeaseDelete, runbox.StatusSucceeded, res,
-			runbox.Event{Type: runbox.EventExit, ExitCode: &code})
-		if err != nil || !ok {
-			t.Fatalf("Finish = %v, %v", ok, err)
+		a, err := s.Finish(ctx, "r1", Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: LeaseDelete,
+			Status: runbox.StatusSucceeded, Result: res, Events: []runbox.Event{{Type: runbox.EventExit, ExitCode: &code}}, Conversation: "c-r1"})
+		if err != nil || !a.Done {
+			t.Fatalf("Finish = %+v, %v", a, err)
 		}
-		if ok, _ := s.Finish(ctx, "r1", []runbox.Status{runbox.StatusRunning}, LeaseDelete, runbox.StatusError, res); ok {
+		if a, _ := s.Finish(ctx, "r1", Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusError, Result: res}); a.Done {
 			t.Error("a finished run was finished again")
 		}
 		if err := s.Append(ctx, "r1", runbox.Event{Type: runbox.EventStdout}); err == nil {
@@ -88,7 +110,7 @@ func TestRunLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if run.Status != runbox.StatusSucceeded || run.Result == nil || run.ConversationID != "c1" || run.StartedAt.IsZero() {
+		if run.Status != runbox.StatusSucceeded || run.Result == nil || run.ConversationID != "c-r1" || run.StartedAt.IsZero() {
 			t.Errorf("run record %+v", run)
 		}
 		if _, err := s.Run(ctx, "nope"); !errors.Is(err, ErrNotFound) {
@@ -113,13 +135,13 @@ func TestLeases(t *testing.T) {
 			t.Fatalf("expired = %v, want [short]", ids)
 		}
 		// A current lease protects the run from the watchdog's transition.
-		ok, _, err := s.Apply(ctx, "long", Transition{From: []runbox.Status{runbox.StatusRunning}, To: runbox.StatusError, Lease: LeaseExpired}, 0)
-		if err != nil || ok {
-			t.Fatalf("expired-lease transition of a live run = %v, %v", ok, err)
+		a, err := s.Apply(ctx, "long", Transition{From: []runbox.Status{runbox.StatusRunning}, To: runbox.StatusError, Lease: LeaseExpired}, 0)
+		if err != nil || a.Done {
+			t.Fatalf("expired-lease transition of a live run = %+v, %v", a, err)
 		}
-		ok, err = s.Finish(ctx, "short", []runbox.Status{runbox.StatusRunning}, LeaseExpired, runbox.StatusError, &runbox.Result{})
-		if err != nil || !ok {
-			t.Fatalf("finish of an expired run = %v, %v", ok, err)
+		a, err = s.Finish(ctx, "short", Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: LeaseExpired, Status: runbox.StatusError, Result: &runbox.Result{}})
+		if err != nil || !a.Done {
+			t.Fatalf("finish of an expired run = %+v, %v", a, err)
 		}
 		lost, err := s.RenewLeases(ctx, time.Minute, "short", "long")
 		if err != nil {
@@ -127,6 +149,105 @@ func TestLeases(t *testing.T) {
 		}
 		if fmt.Sprint(lost) != "[short]" {
 			t.Errorf("lost = %v, want [short]", lost)
+		}
+	})
+}
+
+// TestConversationOrder: one run of a conversation at a time, in order;
+// the rest wait, and past the limit new ones are refused.
+func TestConversationOrder(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if adm := newRunIn(t, s, "a", "conv"); adm != Enqueue {
+			t.Fatalf("first run: %v, want Enqueue", adm)
+		}
+		for _, id := range []string{"b", "c", "d"} {
+			if adm := newRunIn(t, s, id, "conv"); adm != Wait {
+				t.Fatalf("run %s: %v, want Wait", id, adm)
+			}
+		}
+		if adm := newRunIn(t, s, "other", "conv2"); adm != Enqueue {
+			t.Fatalf("another conversation: %v", adm)
+		}
+		_, _, err := s.CreateRun(ctx, NewRun{Run: runbox.Run{ID: "e", ConversationID: "conv", CreatedAt: time.Now()}, MaxWaiting: 3})
+		if runbox.ErrorCode(err) != runbox.EBusy {
+			t.Fatalf("fourth waiting run: %v, want busy", err)
+		}
+		// c is cancelled while waiting: it leaves the line.
+		if a := finish(t, s, "c", "conv", runbox.StatusQueued); !a.Done || a.Next != "" {
+			t.Fatalf("cancel of a waiting run: %+v", a)
+		}
+		s.Claim(ctx, "a", "ex", time.Minute)
+		if a := finish(t, s, "a", "conv", runbox.StatusRunning); a.Next != "b" {
+			t.Fatalf("after a: next %q, want b", a.Next)
+		}
+		heads, _ := s.Heads(ctx)
+		if len(heads) != 2 {
+			t.Errorf("heads %v", heads)
+		}
+		// b's end was recorded by a process that died before moving on.
+		s.Apply(ctx, "b", Transition{To: runbox.StatusError}, 0)
+		next, err := s.Advance(ctx, Head{Conversation: "conv", Run: "b"})
+		if err != nil || next != "d" {
+			t.Fatalf("Advance = %q, %v, want d", next, err)
+		}
+		if next, _ := s.Advance(ctx, Head{Conversation: "conv", Run: "b"}); next != "" {
+			t.Errorf("second Advance past b: %q", next)
+		}
+		if a := finish(t, s, "d", "conv", runbox.StatusQueued); !a.Done || a.Next != "" {
+			t.Fatalf("after d: %+v", a)
+		}
+		if adm := newRunIn(t, s, "f", "conv"); adm != Enqueue {
+			t.Errorf("idle conversation: %v, want Enqueue", adm)
+		}
+		runs, err := s.Runs(ctx, "conv", 10)
+		if err != nil || len(runs) != 5 || runs[0].ID != "f" {
+			t.Errorf("Runs = %v, %v", runs, err)
+		}
+	})
+}
+
+func TestIdempotency(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		nr := func(id string) NewRun {
+			return NewRun{Run: runbox.Run{ID: id, ConversationID: "c", CreatedAt: time.Now()}, Client: "alice", IdempotencyKey: "k1", MaxWaiting: 5}
+		}
+		if adm, id, err := s.CreateRun(ctx, nr("first")); err != nil || adm != Enqueue || id != "first" {
+			t.Fatalf("first: %v %q %v", adm, id, err)
+		}
+		adm, id, err := s.CreateRun(ctx, nr("second"))
+		if err != nil || adm != Exists || id != "first" {
+			t.Fatalf("retry: %v %q %v, want the first run", adm, id, err)
+		}
+		other := nr("third")
+		other.Client = "bob"
+		if adm, _, _ := s.CreateRun(ctx, other); adm == Exists {
+			t.Error("another client's key matched")
+		}
+	})
+}
+
+func TestStdin(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r := s.Stdin(ctx, "in1")
+		go func() {
+			s.SendStdin(ctx, "in1", []byte("one\n"), false)
+			time.Sleep(50 * time.Millisecond)
+			s.SendStdin(ctx, "in1", []byte("two\n"), true)
+		}()
+		b, err := io.ReadAll(r)
+		if err != nil || string(b) != "one\ntwo\n" {
+			t.Errorf("read %q, %v", b, err)
+		}
+		// A reader whose run ended stops.
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		r2 := s.Stdin(ctx2, "in2")
+		time.AfterFunc(50*time.Millisecond, cancel2)
+		if n, err := r2.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+			t.Errorf("read after the end: %d, %v", n, err)
 		}
 	})
 }
@@ -205,7 +326,7 @@ func TestWatchExactlyOnce(t *testing.T) {
 				go check(int64(i))
 			}
 		}
-		s.Finish(ctx, "w1", nil, LeaseDelete, runbox.StatusSucceeded, &runbox.Result{})
+		finish(t, s, "w1", "c-w1", runbox.StatusRunning)
 		wg.Add(1)
 		go check(5)
 		wg.Wait()

@@ -1,0 +1,153 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+const (
+	// cancelWait bounds how long Cancel waits for a running program to
+	// be killed and its run ended.
+	cancelWait = 5 * time.Second
+	// maxPollWait bounds get_run's long poll.
+	maxPollWait = 60
+	// maxPollEvents bounds the events one get_run returns; the client
+	// pages on with after_seq.
+	maxPollEvents = 500
+	// pollGather is how long Poll waits for more events once it has one.
+	pollGather = 20 * time.Millisecond
+	// listLimit is how many runs List returns.
+	listLimit = 50
+)
+
+// Cancel cancels a run: a queued one never starts; a running one is killed
+// (with its files so far kept). It returns the run's status afterwards; a
+// finished run is left as it is.
+func (s *Service) Cancel(ctx context.Context, id string) (runbox.Status, error) {
+	run, err := s.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if run.Status == runbox.StatusQueued {
+		res := &runbox.Result{RunID: id, ConversationID: run.ConversationID, ExitCode: -1, Cancelled: true,
+			Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}
+		a, err := s.store.Finish(ctx, id, store.Ending{
+			From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled, Result: res,
+			Events: []runbox.Event{{TS: time.Now(), Type: runbox.EventCancelled}}, Conversation: run.ConversationID,
+		})
+		if err != nil {
+			return "", err
+		}
+		if a.Done {
+			if err := s.sched.Enqueue(ctx, a.Next); err != nil {
+				s.log.Warn("enqueue the conversation's next run; the sweep will", "run", a.Next, "err", err)
+			}
+			return runbox.StatusCancelled, nil
+		}
+		run.Status = a.Status // it started meanwhile
+	}
+	if run.Status.Final() {
+		return run.Status, nil
+	}
+	if err := s.store.RequestCancel(ctx, id); err != nil {
+		return "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, cancelWait)
+	defer cancel()
+	if _, err := s.Wait(wctx, id, 0, nil); err != nil && ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	run, err = s.store.Run(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return run.Status, nil
+}
+
+// SendStdin sends input to an interactive run; eof closes its stdin.
+func (s *Service) SendStdin(ctx context.Context, id, data string, eof bool) error {
+	run, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !run.Interactive:
+		return runbox.Errorf(runbox.EInvalid, "the run was not started with interactive: true")
+	case run.Status.Final():
+		return runbox.Errorf(runbox.EInvalid, "the run has ended")
+	case len(data) > s.limits.MaxStdinBytes:
+		return runbox.Errorf(runbox.ETooLarge, "data is %d bytes; the limit is %d per call", len(data), s.limits.MaxStdinBytes)
+	case data == "" && !eof:
+		return runbox.Errorf(runbox.EInvalid, "nothing to send: give data, eof, or both")
+	}
+	err = s.store.SendStdin(ctx, id, []byte(data), eof)
+	if errors.Is(err, store.ErrInputFull) {
+		return runbox.Errorf(runbox.EBusy, "the program is not reading its input")
+	}
+	return err
+}
+
+// List returns recent runs, newest first: a conversation's, or all.
+func (s *Service) List(ctx context.Context, cid string) ([]runbox.Run, error) {
+	if cid != "" && !runbox.ValidConversationID(cid) {
+		return nil, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
+	}
+	return s.store.Runs(ctx, cid, listLimit)
+}
+
+// Progress is a run's state and the events after a client's last.
+type Progress struct {
+	runbox.Run
+	Events []runbox.Event `json:"events"`
+	// LastSeq is the seq of the last event returned (or the client's
+	// after_seq when none): pass it as after_seq to page on.
+	LastSeq int64 `json:"last_seq"`
+}
+
+// Poll returns a run's events after seq after. With wait > 0 it waits up
+// to wait seconds for at least one, then returns what has come.
+func (s *Service) Poll(ctx context.Context, id string, after int64, wait int) (Progress, error) {
+	if after < 0 || wait < 0 || wait > maxPollWait {
+		return Progress{}, runbox.Errorf(runbox.EInvalid, "after_seq must be ≥ 0 and wait_seconds between 0 and %d", maxPollWait)
+	}
+	w, err := s.Watch(ctx, id, after)
+	if err != nil {
+		return Progress{}, err
+	}
+	defer w.Close()
+	p := Progress{Events: []runbox.Event{}, LastSeq: after}
+	// Block for the first event only; take the rest that are there.
+	first, cancel := context.WithTimeout(ctx, max(time.Duration(wait)*time.Second, pollGather))
+	defer cancel()
+	next := first
+	for len(p.Events) < maxPollEvents {
+		ev, err := w.Next(next)
+		if errors.Is(err, io.EOF) || (err != nil && ctx.Err() == nil) {
+			break
+		}
+		if err != nil {
+			return Progress{}, err
+		}
+		p.Events = append(p.Events, ev)
+		p.LastSeq = ev.Seq
+		if next == first {
+			var stop context.CancelFunc
+			next, stop = context.WithTimeout(ctx, pollGather)
+			defer stop()
+		}
+	}
+	run, err := s.store.Run(ctx, id)
+	if err != nil {
+		return Progress{}, err
+	}
+	if !run.Status.Final() {
+		run.Result = nil
+	}
+	p.Run = run
+	return p, nil
+}

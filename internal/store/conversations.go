@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// Head is a conversation and the run that heads it.
+type Head struct {
+	Conversation string
+	Run          string
+}
+
+// Heads returns the conversations that have a head, and their heads.
+func (s *Store) Heads(ctx context.Context) ([]Head, error) {
+	var heads []Head
+	iter := s.rdb.SScan(ctx, busyConvsKey, 0, "", 200).Iterator()
+	for iter.Next(ctx) {
+		cid := iter.Val()
+		run, err := s.rdb.Get(ctx, conversationHeadKey(cid)).Result()
+		if errors.Is(err, redis.Nil) {
+			// Idle: the set is only a hint.
+			s.rdb.SRem(ctx, busyConvsKey, cid)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read conversation heads: %w", err)
+		}
+		heads = append(heads, Head{Conversation: cid, Run: run})
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("read conversation heads: %w", err)
+	}
+	return heads, nil
+}
+
+// Advance moves a conversation past head, which ended, and returns the run
+// that heads it now ("" if none). It does nothing if head is not the head.
+func (s *Store) Advance(ctx context.Context, h Head) (string, error) {
+	next, err := advanceScript.Run(ctx, s.rdb, []string{
+		conversationHeadKey(h.Conversation), conversationPendingKey(h.Conversation), busyConvsKey,
+	}, h.Run, h.Conversation).Text()
+	if err != nil {
+		return "", fmt.Errorf("advance conversation %s: %w", h.Conversation, err)
+	}
+	return next, nil
+}
+
+// Runs returns up to n runs, newest first: a conversation's, or with cid
+// "", the most recent of all.
+func (s *Store) Runs(ctx context.Context, cid string, n int) ([]runbox.Run, error) {
+	key := recentRunsKey
+	if cid != "" {
+		key = conversationRunsKey(cid)
+	}
+	ids, err := s.rdb.ZRevRange(ctx, key, 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs := make([]runbox.Run, 0, len(ids))
+	for _, id := range ids {
+		run, err := s.Run(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // expired
+		}
+		if err != nil {
+			return nil, err
+		}
+		run.Result = nil
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// RequestCancel flags a run for cancellation and tells the executors, one
+// of which may be running it.
+func (s *Store) RequestCancel(ctx context.Context, id string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, runKey(id), cancelFlagField, "1")
+	pipe.Publish(ctx, cancelChannel, id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	return nil
+}
+
+// CancelRequested reports which of ids were flagged for cancellation.
+func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGet(ctx, runKey(id), cancelFlagField)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read cancel flags: %w", err)
+	}
+	var out []string
+	for i, c := range cmds {
+		if c.Val() == "1" {
+			out = append(out, ids[i])
+		}
+	}
+	return out, nil
+}
+
+// SubscribeCancels returns a subscription to cancellation requests; each
+// message's payload is a run id. The caller closes it.
+func (s *Store) SubscribeCancels(ctx context.Context) *redis.PubSub {
+	return s.rdb.Subscribe(ctx, cancelChannel)
+}

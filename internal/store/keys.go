@@ -1,0 +1,29 @@
+package store
+
+// Key names. A run's keys share a hash tag so that its scripts touch one
+// slot.
+const prefix = "runbox:"
+
+func runKey(id string) string      { return prefix + "run:{" + id + "}" }
+func eventsKey(id string) string   { return prefix + "run:{" + id + "}:events" }
+func stdinKey(id string) string    { return prefix + "run:{" + id + "}:stdin" }
+func channel(id string) string     { return prefix + "events:" + id }
+func executorKey(id string) string { return prefix + "executor:" + id }
+
+// A conversation's runs, its head (the one run enqueued or running) and
+// the runs waiting behind it.
+func conversationRunsKey(cid string) string    { return prefix + "conv:" + cid + ":runs" }
+func conversationHeadKey(cid string) string    { return prefix + "conv:" + cid + ":head" }
+func conversationPendingKey(cid string) string { return prefix + "conv:" + cid + ":pending" }
+
+func idempotencyKey(client, key string) string { return prefix + "idem:" + client + ":" + key }
+
+const (
+	leasesKey       = prefix + "leases"
+	executorsKey    = prefix + "executors"
+	recentRunsKey   = prefix + "runs"
+	busyConvsKey    = prefix + "convs:busy" // conversations with a head
+	cancelChannel   = prefix + "cancel"     // run ids whose cancellation was asked for
+	cancelFlagField = "cancel"
+	specField       = "spec"
+)
