@@ -676,3 +676,29 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestExecutorShutdownLetsRunsFinish: a program that ends within the grace
+// period finishes normally when its executor is asked to stop.
+func TestExecutorShutdownLetsRunsFinish(t *testing.T) {
+	s := start(t, options{env: []string{"EXECUTOR_SHUTDOWN_GRACE=20s"}})
+	var acc struct {
+		RunID string `json:"run_id"`
+	}
+	s.request("POST", "/v1/runs", map[string]any{"language": "bash", "code": "echo up; sleep 2; echo finished"}, &acc)
+	ex := s.procs[0]
+	waitFor(t, func() bool { return strings.Contains(ex.out.String(), "run started") })
+	ex.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-ex.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("executor did not stop")
+	}
+	var run struct {
+		Status string  `json:"status"`
+		Result *result `json:"result"`
+	}
+	s.request("GET", "/v1/runs/"+acc.RunID, nil, &run)
+	if run.Status != "succeeded" || run.Result.Stdout != "up\nfinished\n" {
+		t.Errorf("run %+v %+v", run, run.Result)
+	}
+}
