@@ -131,6 +131,7 @@ func start(t *testing.T, o options) *service {
 		s.executors = append(s.executors, id)
 	}
 	s.env = append(s.env, o.env...)
+	t.Cleanup(func() { testenv.UnmountUnder(t, s.root) })
 	t.Cleanup(s.stop)
 	if !o.embedded {
 		for range max(o.executors, 1) {
@@ -356,3 +357,5 @@ func get(t *testing.T, url string) (int, []byte) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
 }
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/runs"
@@ -37,6 +38,7 @@ type Check func(ctx context.Context) error
 type Options struct {
 	Tokens  *auth.Tokens
 	Runs    *runs.Service
+	Convs   *conversations.Service
 	MCP     *mcp.Server
 	Folders *files.Folders
 	Signer  *files.Signer
@@ -95,6 +97,10 @@ func New(opts Options) *Server {
 	v1.POST("/runs/:id/stdin", s.sendStdin)
 	v1.GET("/runs/:id/events", s.runEvents)
 	v1.GET("/runners", s.listRunners)
+	v1.GET("/conversations/:cid/files", s.listFiles)
+	v1.PUT("/conversations/:cid/files/:name", s.uploadFile)
+	v1.GET("/conversations/:cid/files/*", s.getFile)
+	v1.DELETE("/conversations/:cid", s.closeConversation)
 
 	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opts.Queue, ReadOnly: true})
 	mon := e.Group("/monitoring", s.requireToken(true))

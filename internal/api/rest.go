@@ -182,9 +182,6 @@ func (s *Server) runEvents(c echo.Context) error {
 	}
 }
 
-// activeTypes are served as downloads, never rendered on our origin.
-var activeTypes = []string{"text/html", "image/svg+xml", "application/xml", "text/xml", "text/javascript", "application/xhtml+xml"}
-
 // download serves a file by its signed URL. A bad or expired signature is
 // 403 whether or not the file exists.
 func (s *Server) download(c echo.Context) error {
@@ -199,6 +196,23 @@ func (s *Server) download(c echo.Context) error {
 	if err1 != nil || err2 != nil || !s.opts.Signer.Verify(cid, name, c.QueryParam("exp"), c.QueryParam("sig")) {
 		return forbidden
 	}
+	return s.serveFile(c, cid, name)
+}
+
+// getFile serves a conversation's file to a client with a token.
+func (s *Server) getFile(c echo.Context) error {
+	prefix := "/v1/conversations/" + url.PathEscape(c.Param("cid")) + "/files/"
+	name, err := url.PathUnescape(strings.TrimPrefix(c.Request().URL.EscapedPath(), prefix))
+	if err != nil {
+		return runbox.Errorf(runbox.EInvalidPath, "invalid file path")
+	}
+	return s.serveFile(c, c.Param("cid"), name)
+}
+
+// activeTypes are served as downloads, never rendered on our origin.
+var activeTypes = []string{"text/html", "image/svg+xml", "application/xml", "text/xml", "text/javascript", "application/xhtml+xml"}
+
+func (s *Server) serveFile(c echo.Context, cid, name string) error {
 	f, info, err := s.opts.Folders.Open(cid, name)
 	if err != nil {
 		return err
@@ -219,4 +233,35 @@ func (s *Server) download(c echo.Context) error {
 	h.Set("Content-Disposition", disposition+"; filename*=UTF-8''"+url.PathEscape(path.Base(name)))
 	http.ServeContent(c.Response(), c.Request(), "", info.ModTime(), f)
 	return nil
+}
+
+func (s *Server) listFiles(c echo.Context) error {
+	list, err := s.opts.Convs.List(c.Param("cid"))
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []runbox.FileInfo{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"files": list})
+}
+
+// uploadFile stores the request body as a file, streaming it to disk.
+func (s *Server) uploadFile(c echo.Context) error {
+	overwrite, _ := strconv.ParseBool(c.QueryParam("overwrite"))
+	if cl := c.Request().ContentLength; cl > s.opts.Convs.Limits().MaxUpload {
+		return runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", s.opts.Convs.Limits().MaxUpload)
+	}
+	up, err := s.opts.Convs.Upload(c.Param("cid"), c.Param("name"), c.Request().Body, overwrite)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, up)
+}
+
+func (s *Server) closeConversation(c echo.Context) error {
+	if err := s.opts.Convs.Close(c.Request().Context(), c.Param("cid")); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "closed"})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/api"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/queue"
@@ -103,7 +104,16 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxStdinBytes:     maxStdin,
 		MaxWaiting:        cfg.MaxQueuedPerConversation,
 	}, log)
-	mcpServer := mcp.New(svc, log)
+	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{
+		MaxUpload:           cfg.MaxUpload,
+		MaxRead:             cfg.MaxRead,
+		MaxInlineImages:     cfg.MaxInlineImages,
+		MaxInlineImageBytes: cfg.MaxInlineImageBytes,
+	})
+	mcpServer := mcp.New(svc, convs, log)
+	stopJanitor := runEvery(conversations.JanitorInterval,
+		conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep)
+	defer stopJanitor()
 
 	shutdownExecutor := func() {
 		if ex != nil {
@@ -128,6 +138,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	handler := api.New(api.Options{
 		Tokens:   auth.NewTokens(tokens),
 		Runs:     svc,
+		Convs:    convs,
 		MCP:      mcpServer,
 		Folders:  folders,
 		Signer:   signer,

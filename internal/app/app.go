@@ -133,7 +133,9 @@ func OpenDocker(ctx context.Context) (*client.Client, error) {
 
 // Files opens the conversation folders and the URL signer.
 func Files(cfg *config.Config) (*files.Folders, *files.Signer, error) {
-	folders, err := files.NewFolders(cfg.SandboxRoot, sandbox.UID, sandbox.GID)
+	folders, err := files.NewFolders(cfg.SandboxRoot, files.Options{
+		UID: sandbox.UID, GID: sandbox.GID, Quota: cfg.QuotaBytes, Mode: files.QuotaMode(cfg.QuotaMode),
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,8 +184,9 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
-		Limits:     sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit},
-		Logger:     log.With("component", "sandbox"),
+		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
+			FileSize: cfg.QuotaBytes},
+		Logger: log.With("component", "sandbox"),
 	})
 	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{

@@ -41,9 +41,17 @@ type Config struct {
 	// MaxQueuedPerConversation bounds the runs waiting behind a
 	// conversation's running one.
 	MaxQueuedPerConversation int
-	Concurrency              int
-	ShutdownGrace            time.Duration
-	ExecutorID               string
+	// QuotaMode is how SANDBOX_QUOTA_BYTES is held: auto, loop or walk.
+	QuotaMode string
+	// FileRetention, when set, removes conversations unused for longer.
+	FileRetention time.Duration
+	// MaxInlineImages and MaxInlineImageBytes bound the images a run's
+	// result carries as image content.
+	MaxInlineImages     int
+	MaxInlineImageBytes int64
+	Concurrency         int
+	ShutdownGrace       time.Duration
+	ExecutorID          string
 
 	LogLevel  string
 	LogFormat string
@@ -70,6 +78,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		QuotaBytes:               int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
 		SessionTTL:               p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
 		MaxQueuedPerConversation: p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16),
+		QuotaMode:                p.oneOf("SANDBOX_QUOTA_MODE", "auto", "auto", "loop", "walk"),
+		MaxInlineImages:          p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4),
+		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
@@ -77,6 +88,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 	}
 	c.Tokens = p.tokens()
+	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
+		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
+	}
 	if secret := getenv("FILE_SECRET"); secret != "" {
 		if len(secret) < 16 {
 			p.fail("FILE_SECRET", "must be at least 16 characters")
@@ -169,6 +183,19 @@ func (p *parser) positive(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		p.fail(name, fmt.Sprintf("must be a positive integer (got %q)", v))
+		return def
+	}
+	return n
+}
+
+func (p *parser) nonNegative(name string, def int) int {
+	v := p.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		p.fail(name, fmt.Sprintf("must be a whole number (got %q)", v))
 		return def
 	}
 	return n

@@ -322,7 +322,9 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	log.Debug("run started")
+	stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
 	res := e.run(runCtx, p.RunID, spec, log)
+	stopWatch()
 	return e.finish(p.RunID, spec.ConversationID, res, log)
 }
 
@@ -388,6 +390,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		return fail(runErr, "the sandbox failed while running the program")
 	case oc.Cancelled:
 		cause := context.Cause(ctx)
+		if errors.Is(cause, errQuota) {
+			msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes; the program was stopped", e.folders.Quota())
+			log.Warn("run stopped at the quota")
+			st.status = runbox.StatusError
+			st.result.Error = msg
+			st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
+			return st
+		}
 		if !errors.Is(cause, context.Canceled) && cause != nil && !errors.Is(cause, errUserCancel) {
 			return fail(cause, cause.Error())
 		}
@@ -415,6 +425,46 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 
 // errUserCancel is the cause of a cancellation a client asked for.
 var errUserCancel = errors.New("cancelled")
+
+// errQuota is the cause of stopping a run whose files reached the quota.
+var errQuota = errors.New("quota exceeded")
+
+// quotaCheckInterval is how often a run's folder is measured.
+const quotaCheckInterval = 250 * time.Millisecond
+
+// watchQuota stops the run when its conversation's files reach the
+// quota. With loop-mounted images the kernel already refuses the writes;
+// this ends the run and says why.
+func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.CancelCauseFunc) (stop func()) {
+	ctx, stopCtx := context.WithCancel(ctx)
+	done := make(chan struct{})
+	// A conversation already at its quota may still run programs (to
+	// delete files): only growth past it stops a run.
+	start, _, _ := e.folders.Usage(cid)
+	// A full filesystem keeps a few blocks it will not give out.
+	slack := max(64<<10, e.folders.Quota()/1000)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(quotaCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			used, free, err := e.folders.Usage(cid)
+			if err != nil {
+				continue
+			}
+			if used > start && (free <= slack || used > e.folders.Quota()) {
+				cancel(errQuota)
+				return
+			}
+		}
+	}()
+	return func() { stopCtx(); <-done }
+}
 
 // finish records the result and the final events, and enqueues the
 // conversation's next run. It uses its own context: the run's may be

@@ -14,7 +14,7 @@ import (
 
 func newFolders(t *testing.T) (*Folders, string) {
 	t.Helper()
-	f, err := NewFolders(t.TempDir(), os.Getuid(), os.Getgid())
+	f, err := NewFolders(t.TempDir(), Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: QuotaWalk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +246,103 @@ func FuzzConversationID(f *testing.F) {
 		}
 		if !filepath.IsLocal(id) || strings.ContainsAny(id, "/\\.\x00") || len(id) > 64 {
 			t.Fatalf("ValidConversationID accepted %q", id)
+		}
+	})
+}
+
+func TestWrite(t *testing.T) {
+	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
+		t.Run(string(mode), func(t *testing.T) {
+			root := t.TempDir()
+			t.Cleanup(func() { unmountAll(root) })
+			f, err := NewFolders(root, Options{UID: 1000, GID: 1000, Quota: 4 << 20, Mode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.HardQuota() != (mode == QuotaLoop) {
+				t.Errorf("HardQuota = %v", f.HardQuota())
+			}
+			write := func(name string, n int, overwrite bool) error {
+				_, err := f.Write("c1", name, strings.NewReader(strings.Repeat("x", n)), 3<<20, overwrite)
+				return err
+			}
+			if err := write("a.csv", 10, false); err != nil {
+				t.Fatal(err)
+			}
+			entries, _ := f.List("c1")
+			if len(entries) != 1 || entries[0].Name != "a.csv" || entries[0].Size != 10 {
+				t.Errorf("entries %+v", entries)
+			}
+			var st syscall.Stat_t
+			syscall.Stat(filepath.Join(f.Path("c1"), "a.csv"), &st)
+			if st.Uid != 1000 {
+				t.Errorf("owner %d, want the sandbox user", st.Uid)
+			}
+			tests := []struct {
+				name      string
+				size      int
+				overwrite bool
+				code      string
+			}{
+				{"a.csv", 5, false, runbox.EFileExists},
+				{"a.csv", 5, true, ""},
+				{"big.bin", 3<<20 + 1, false, runbox.ETooLarge},
+				{"../x", 1, false, runbox.EInvalidPath},
+				{"/etc/passwd", 1, false, runbox.EInvalidPath},
+				{"a/b", 1, false, runbox.EInvalidPath},
+				{".env", 1, false, runbox.EInvalidPath},
+				{"a\x00b", 1, false, runbox.EInvalidPath},
+				{strings.Repeat("n", 256), 1, false, runbox.EInvalidPath},
+				{"", 1, false, runbox.EInvalidPath},
+				{"b1.bin", 3 << 20, false, ""},
+				{"b2.bin", 2 << 20, false, runbox.EQuotaExceeded},
+			}
+			for _, tt := range tests {
+				err := write(tt.name, tt.size, tt.overwrite)
+				if tt.code == "" && err != nil || tt.code != "" && runbox.ErrorCode(err) != tt.code {
+					t.Errorf("write %.20q: %v, want %q", tt.name, err, tt.code)
+				}
+			}
+			if used, _, _ := f.Usage("c1"); used > 4<<20 {
+				t.Errorf("used %d bytes, over the quota", used)
+			}
+			if _, err := os.Stat(filepath.Join(root, "x")); err == nil {
+				t.Error("a write escaped the folder")
+			}
+			entries, _ = f.List("c1")
+			if len(entries) != 2 {
+				t.Errorf("after the refused writes: %+v", entries)
+			}
+			if err := f.Remove("c1"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(root, "c1")); !os.IsNotExist(err) {
+				t.Errorf("conversation folder left: %v", err)
+			}
+		})
+	}
+}
+
+func unmountAll(root string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], root) {
+			unmount(fields[4])
+		}
+	}
+}
+
+func FuzzValidFileName(f *testing.F) {
+	for _, s := range []string{"data.csv", "../x", "/etc/passwd", "a/b", ".env", "a\x00b", strings.Repeat("a", 300), "..", "-rf", "a..b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if !ValidFileName(name) {
+			return
+		}
+		if len(name) > 255 || strings.HasPrefix(name, ".") || strings.ContainsAny(name, "/\\\x00") || !filepath.IsLocal(name) ||
+			filepath.Base(name) != name {
+			t.Fatalf("ValidFileName accepted %q", name)
 		}
 	})
 }

@@ -35,47 +35,147 @@ var ErrNotFound = runbox.Errorf(runbox.ENotFound, "no such file")
 type Folders struct {
 	root     string
 	uid, gid int
+	quota    int64
+	space    space
 }
 
-// NewFolders uses root (created if missing) for conversation folders whose
-// files belong to uid:gid, the sandbox user.
-func NewFolders(root string, uid, gid int) (*Folders, error) {
+// Options configure Folders.
+type Options struct {
+	// UID and GID own the files: the sandbox user.
+	UID, GID int
+	// Quota bounds the bytes of one conversation's files.
+	Quota int64
+	Mode  QuotaMode
+}
+
+// NewFolders uses root (created if missing) for conversation folders.
+func NewFolders(root string, opts Options) (*Folders, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("create sandbox root: %w", err)
 	}
-	return &Folders{root: root, uid: uid, gid: gid}, nil
+	sp, err := newSpace(opts.Mode, root, opts.Quota, opts.UID, opts.GID)
+	if err != nil {
+		return nil, err
+	}
+	return &Folders{root: root, uid: opts.UID, gid: opts.GID, quota: opts.Quota, space: sp}, nil
 }
 
 // Root returns the folder all conversations live under.
 func (f *Folders) Root() string { return f.root }
 
+// HardQuota reports whether the kernel holds conversations to their quota
+// (loop-mounted images), rather than the executor's checks.
+func (f *Folders) HardQuota() bool { return f.space.hard() }
+
+// Quota returns the bytes one conversation's files may take.
+func (f *Folders) Quota() int64 { return f.quota }
+
+func (f *Folders) convDir(cid string) string { return filepath.Join(f.root, cid) }
+
 // Path returns the host path of a conversation's files, the sandbox's
 // /data. The id must be valid.
 func (f *Folders) Path(cid string) string { return filepath.Join(f.root, cid, "files") }
 
-// Ensure creates a conversation's folder, writable by the sandbox user, and
-// returns its host path.
+// lock holds a conversation's lock file, across processes, until unlock.
+func (f *Folders) lock(cid string) (unlock func(), err error) {
+	if err := os.MkdirAll(f.convDir(cid), 0o711); err != nil {
+		return nil, fmt.Errorf("create conversation folder: %w", err)
+	}
+	lf, err := os.OpenFile(filepath.Join(f.convDir(cid), ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock conversation: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("lock conversation: %w", err)
+	}
+	return func() { lf.Close() }, nil
+}
+
+// Ensure makes a conversation's folder ready for use, writable by the
+// sandbox user and bounded by the quota, marks it used now, and returns
+// its host path.
 func (f *Folders) Ensure(cid string) (string, error) {
 	if !runbox.ValidConversationID(cid) {
 		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
+	unlock, err := f.lock(cid)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	dir := f.Path(cid)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return "", fmt.Errorf("create conversation folder: %w", err)
+	if err := f.space.prepare(f.convDir(cid), dir); err != nil {
+		return "", err
 	}
-	switch err := os.Mkdir(dir, 0o755); {
-	case err == nil:
-		if err := os.Lchown(dir, f.uid, f.gid); err != nil {
-			// Not root: let the sandbox user write anyway.
-			if err := os.Chmod(dir, 0o777); err != nil {
-				return "", fmt.Errorf("open conversation folder to the sandbox: %w", err)
-			}
-		}
-	case errors.Is(err, fs.ErrExist):
-	default:
-		return "", fmt.Errorf("create conversation folder: %w", err)
-	}
+	now := time.Now()
+	_ = os.Chtimes(f.convDir(cid), now, now) // last use, for retention
 	return dir, nil
+}
+
+// Usage returns the bytes a conversation's files use and how many more
+// they may.
+func (f *Folders) Usage(cid string) (used, free int64, err error) {
+	if !runbox.ValidConversationID(cid) {
+		return 0, 0, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	return f.space.usage(f.Path(cid))
+}
+
+// Remove deletes a conversation's files.
+func (f *Folders) Remove(cid string) error {
+	if !runbox.ValidConversationID(cid) {
+		return runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	unlock, err := f.lock(cid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := f.space.release(f.Path(cid)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(f.convDir(cid)); err != nil {
+		return fmt.Errorf("remove conversation folder: %w", err)
+	}
+	return nil
+}
+
+// Release unmounts a conversation's files, if they are mounted. The caller
+// makes sure no sandbox uses them.
+func (f *Folders) Release(cid string) error {
+	unlock, err := f.lock(cid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f.space.release(f.Path(cid))
+}
+
+// Conversation is a conversation folder and its last use.
+type Conversation struct {
+	ID      string
+	LastUse time.Time
+}
+
+// Conversations lists the conversation folders.
+func (f *Folders) Conversations() ([]Conversation, error) {
+	entries, err := os.ReadDir(f.root)
+	if err != nil {
+		return nil, fmt.Errorf("list conversations: %w", err)
+	}
+	var out []Conversation
+	for _, e := range entries {
+		if !e.IsDir() || !runbox.ValidConversationID(e.Name()) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, Conversation{ID: e.Name(), LastUse: info.ModTime()})
+	}
+	return out, nil
 }
 
 // Entry is a regular file in a conversation's folder.
@@ -113,7 +213,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || strings.HasPrefix(path.Base(p), uploadPrefix) {
 			return nil
 		}
 		info, err := d.Info()

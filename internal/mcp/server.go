@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/runs"
 )
 
@@ -31,14 +32,15 @@ openpyxl and reportlab. Save charts as PNG files in /data.`
 
 // Server holds what the tools need.
 type Server struct {
-	runs *runs.Service
-	log  *slog.Logger
-	sdk  *mcpsdk.Server
+	runs  *runs.Service
+	convs *conversations.Service
+	log   *slog.Logger
+	sdk   *mcpsdk.Server
 }
 
 // New builds the MCP server with every tool.
-func New(rs *runs.Service, log *slog.Logger) *Server {
-	s := &Server{runs: rs, log: log.With("component", "mcp")}
+func New(rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
+	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp")}
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
@@ -74,6 +76,7 @@ func New(rs *runs.Service, log *slog.Logger) *Server {
 		Name:        "send_stdin",
 		Description: "Send input to a run started with interactive: true; eof: true closes its stdin.",
 	}, s.sendStdin)
+	addFileTools(s)
 	s.sdk.AddReceivingMiddleware(aliases)
 	return s
 }
@@ -91,7 +94,12 @@ func (s *Server) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in ru
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
-	return resultContent(res), res, nil
+	out := resultContent(res)
+	// New charts come along as images, so that the model can look at them.
+	for _, img := range s.convs.Images(res.ConversationID, res.Artifacts) {
+		out.Content = append(out.Content, &mcpsdk.ImageContent{Data: img.Data, MIMEType: img.ContentType})
+	}
+	return out, res, nil
 }
 
 // progress returns an event handler that streams a run's output to the
@@ -225,6 +233,8 @@ func (s *Server) listRunners(ctx context.Context, _ *mcpsdk.CallToolRequest, _ s
 type ToolError struct {
 	Error   string `json:"error"`
 	Message string `json:"message"`
+	// URL downloads a file too large to return inline.
+	URL string `json:"url,omitempty"`
 }
 
 // toolError turns err into an isError result. Unexpected errors are logged
@@ -238,6 +248,9 @@ func (s *Server) toolError(ctx context.Context, err error) (*mcpsdk.CallToolResu
 		s.log.Error("tool failed", "err", err)
 	}
 	body := ToolError{Error: code, Message: runbox.ErrorMessage(err)}
+	if tl, ok := errors.AsType[*conversations.TooLargeError](err); ok {
+		body.URL = tl.URL
+	}
 	b, _ := json.Marshal(body)
 	return &mcpsdk.CallToolResult{
 		IsError:           true,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/conversations"
+	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -40,7 +43,13 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},
 	}}, time.Hour)
 	svc := runs.NewService(st, hub, queue.NewScheduler(st, q, log), runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100, MaxWaiting: 4}, log)
-	srv := New(svc, log)
+	folders, err := files.NewFolders(t.TempDir(), files.Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: files.QuotaWalk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour)
+	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
+	srv := New(svc, convs, log)
 
 	f := &fixture{store: st}
 

@@ -76,6 +76,9 @@ type Limits struct {
 	Memory   int64 // bytes; swap is not allowed on top
 	NanoCPUs int64
 	Pids     int64
+	// FileSize bounds any one file a program writes (RLIMIT_FSIZE); 0 is
+	// no bound.
+	FileSize int64
 }
 
 // Options configure a Manager.
@@ -254,13 +257,21 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 				MemorySwap: limits.Memory,
 				NanoCPUs:   limits.NanoCPUs,
 				PidsLimit:  &pids,
-				Ulimits: []*container.Ulimit{
-					{Name: "nofile", Soft: 1024, Hard: 1024},
-					{Name: "core", Soft: 0, Hard: 0},
-				},
+				Ulimits:    m.ulimits(),
 			},
 		},
 	}
+}
+
+func (m *Manager) ulimits() []*container.Ulimit {
+	u := []*container.Ulimit{
+		{Name: "nofile", Soft: 1024, Hard: 1024},
+		{Name: "core", Soft: 0, Hard: 0},
+	}
+	if fs := m.opts.Limits.FileSize; fs > 0 {
+		u = append(u, &container.Ulimit{Name: "fsize", Soft: fs, Hard: fs})
+	}
+	return u
 }
 
 // create makes, attaches to and starts a container, and waits for its

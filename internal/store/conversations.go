@@ -113,3 +113,12 @@ func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]string, e
 func (s *Store) SubscribeCancels(ctx context.Context) *redis.PubSub {
 	return s.rdb.Subscribe(ctx, cancelChannel)
 }
+
+// Busy reports whether a conversation has a run queued or running.
+func (s *Store) Busy(ctx context.Context, cid string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, conversationHeadKey(cid)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read conversation %s: %w", cid, err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,60 @@
+package conversations
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// JanitorInterval is how often the janitor looks at conversations.
+const JanitorInterval = time.Minute
+
+// Janitor releases what idle conversations hold: after idle (twice the
+// session TTL, so that no warm sandbox still uses them) their disk images
+// are unmounted; after retention, if set, their files are deleted. A
+// conversation with a run queued or running is never touched.
+type Janitor struct {
+	folders   *files.Folders
+	store     *store.Store
+	idle      time.Duration
+	retention time.Duration // 0: files are kept until close_session
+	log       *slog.Logger
+}
+
+// NewJanitor returns a Janitor.
+func NewJanitor(folders *files.Folders, st *store.Store, sessionTTL, retention time.Duration, log *slog.Logger) *Janitor {
+	return &Janitor{folders: folders, store: st, idle: 2 * sessionTTL, retention: retention, log: log.With("component", "janitor")}
+}
+
+// Sweep looks at every conversation once.
+func (j *Janitor) Sweep(ctx context.Context) {
+	convs, err := j.folders.Conversations()
+	if err != nil {
+		j.log.Warn("list conversations", "err", err)
+		return
+	}
+	for _, c := range convs {
+		idle := time.Since(c.LastUse)
+		if idle < j.idle && (j.retention == 0 || idle < j.retention) {
+			continue
+		}
+		busy, err := j.store.Busy(ctx, c.ID)
+		if err != nil || busy {
+			continue
+		}
+		if j.retention > 0 && idle >= j.retention {
+			if err := j.folders.Remove(c.ID); err != nil {
+				j.log.Warn("remove expired conversation", "conversation", c.ID, "err", err)
+			} else {
+				j.log.Info("removed a conversation past its retention", "conversation", c.ID, "idle", idle.Round(time.Second))
+			}
+			continue
+		}
+		if err := j.folders.Release(c.ID); err != nil {
+			j.log.Warn("release idle conversation", "conversation", c.ID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package files
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// A conversation's files never exceed its quota. Two ways of holding them
+// to it:
+//
+//   - loopSpace gives each conversation a filesystem of its own: an ext4
+//     image the size of the quota, loop-mounted on its files folder. The
+//     kernel enforces the limit on every write, fallocate included, so a
+//     sandbox cannot fill the host's disk whatever it does. It needs root
+//     and a host that can loop-mount; SANDBOX_ROOT must not be shared by
+//     several hosts (each would mount the images).
+//   - walkSpace is a plain folder whose usage is measured by walking it.
+//     The executor stops a run that goes past the quota, but a program can
+//     overshoot for as long as a check takes. It is the fallback.
+
+// space bounds conversation folders.
+type space interface {
+	// prepare makes a conversation's files folder exist, bounded. It is
+	// called with the conversation locked.
+	prepare(convDir, filesDir string) error
+	// usage returns the bytes a conversation's files use, and how many
+	// more they may.
+	usage(filesDir string) (used, free int64, err error)
+	// release undoes prepare's mount, if any; the files stay.
+	release(filesDir string) error
+	// hard reports whether the kernel enforces the quota.
+	hard() bool
+}
+
+// QuotaMode chooses how quotas are held.
+type QuotaMode string
+
+const (
+	QuotaAuto QuotaMode = "auto" // loop when the host allows it, else walk
+	QuotaLoop QuotaMode = "loop"
+	QuotaWalk QuotaMode = "walk"
+)
+
+// newSpace picks the space for mode, probing the host in auto mode.
+func newSpace(mode QuotaMode, root string, quota int64, uid, gid int) (space, error) {
+	walk := walkSpace{quota: quota, uid: uid, gid: gid}
+	loop := loopSpace{quota: quota, uid: uid, gid: gid, walk: walk}
+	switch mode {
+	case QuotaWalk:
+		return walk, nil
+	case QuotaLoop:
+		if err := loop.probe(root); err != nil {
+			return nil, fmt.Errorf("loop-mounted quotas are not available here: %w", err)
+		}
+		return loop, nil
+	default:
+		if loop.probe(root) != nil {
+			return walk, nil
+		}
+		return loop, nil
+	}
+}
+
+type walkSpace struct {
+	quota    int64
+	uid, gid int
+}
+
+func (w walkSpace) hard() bool { return false }
+
+func (w walkSpace) prepare(_, filesDir string) error {
+	switch err := os.Mkdir(filesDir, 0o755); {
+	case err == nil:
+		if err := os.Lchown(filesDir, w.uid, w.gid); err != nil {
+			// Not root: let the sandbox user write anyway.
+			if err := os.Chmod(filesDir, 0o777); err != nil {
+				return fmt.Errorf("open conversation folder to the sandbox: %w", err)
+			}
+		}
+	case errors.Is(err, fs.ErrExist):
+	default:
+		return fmt.Errorf("create conversation folder: %w", err)
+	}
+	return nil
+}
+
+func (w walkSpace) usage(filesDir string) (int64, int64, error) {
+	root, err := os.OpenRoot(filesDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, w.quota, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer root.Close()
+	var used int64
+	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		// Allocated blocks where known, so that a sparse file counts for
+		// what it takes of the disk.
+		size := info.Size()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			size = max(st.Blocks*512, 0)
+		}
+		used += size
+		return nil
+	})
+	return used, max(w.quota-used, 0), err
+}
+
+func (w walkSpace) release(string) error { return nil }
+
+type loopSpace struct {
+	quota    int64
+	uid, gid int
+	walk     walkSpace // for folders made before loop mode was on
+}
+
+func (l loopSpace) hard() bool { return true }
+
+// probe checks that this process can make and mount an image.
+func (l loopSpace) probe(root string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("not running as root")
+	}
+	for _, bin := range []string{"mount", "umount", "mkfs.ext4"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is not installed", bin)
+		}
+	}
+	dir, err := os.MkdirTemp(root, ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	img, mnt := filepath.Join(dir, "img"), filepath.Join(dir, "mnt")
+	if err := makeImage(img, 8<<20, l.uid, l.gid); err != nil {
+		return err
+	}
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return err
+	}
+	if err := mountImage(img, mnt); err != nil {
+		return err
+	}
+	return unmount(mnt)
+}
+
+func (l loopSpace) prepare(convDir, filesDir string) error {
+	img := filepath.Join(convDir, "files.img")
+	mounted, err := isMountPoint(filesDir)
+	if err != nil || mounted {
+		return err
+	}
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+		if entries, err := os.ReadDir(filesDir); err == nil && len(entries) > 0 {
+			// A folder from before quotas were loop-mounted: keep it.
+			return l.walk.prepare(convDir, filesDir)
+		}
+		if err := makeImage(img, l.quota, l.uid, l.gid); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filesDir, 0o755); err != nil {
+		return fmt.Errorf("create conversation folder: %w", err)
+	}
+	if err := mountImage(img, filesDir); err != nil {
+		return err
+	}
+	// mkfs leaves lost+found; /data should start empty.
+	_ = os.Remove(filepath.Join(filesDir, "lost+found"))
+	return nil
+}
+
+func (l loopSpace) usage(filesDir string) (int64, int64, error) {
+	mounted, err := isMountPoint(filesDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !mounted {
+		return l.walk.usage(filesDir)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filesDir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs: %w", err)
+	}
+	bs := int64(st.Bsize)
+	return int64(st.Blocks-st.Bfree) * bs, int64(st.Bavail) * bs, nil
+}
+
+func (l loopSpace) release(filesDir string) error {
+	mounted, err := isMountPoint(filesDir)
+	if err != nil || !mounted {
+		return err
+	}
+	return unmount(filesDir)
+}
+
+// makeImage makes a sparse ext4 image of size bytes whose root belongs to
+// uid:gid. Without a journal: it is a scratch space, and mkfs is quicker.
+func makeImage(img string, size int64, uid, gid int) error {
+	f, err := os.OpenFile(img, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create disk image: %w", err)
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
+			"-E", fmt.Sprintf("root_owner=%d:%d,lazy_itable_init=1,nodiscard", uid, gid), img)
+	}
+	if err != nil {
+		os.Remove(img)
+		return fmt.Errorf("make disk image: %w", err)
+	}
+	return nil
+}
+
+func mountImage(img, dir string) error {
+	if err := run("mount", "-o", "loop,nosuid,nodev", img, dir); err != nil {
+		return fmt.Errorf("mount disk image: %w", err)
+	}
+	return nil
+}
+
+func unmount(dir string) error {
+	if err := run("umount", dir); err != nil {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	return nil
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// isMountPoint reports whether dir is a mount point, from
+// /proc/self/mountinfo.
+func isMountPoint(dir string) (bool, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountPath(fields[4]) == dir {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,103 @@
+package files
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/runbox-dev/runbox"
+)
+
+var fileNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}$`)
+
+// uploadPrefix names files being uploaded; listings skip them.
+const uploadPrefix = ".upload-"
+
+// ValidFileName reports whether name may name an uploaded file: letters,
+// digits, '.', '_' and '-', not starting with a dot, at most 255 bytes. Such
+// a name is one path element and never a hidden or special one.
+func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) }
+
+// Write stores what r yields (at most limit bytes) as a conversation's
+// file. The file appears whole or not at all; without overwrite an
+// existing name is an error, even if it appeared meanwhile.
+func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bool) (Entry, error) {
+	if !ValidFileName(name) {
+		return Entry{}, runbox.Errorf(runbox.EInvalidPath,
+			"file names may hold only letters, digits, '.', '_' and '-', may not start with a dot, and have at most 255 bytes")
+	}
+	dir, err := f.Ensure(cid)
+	if err != nil {
+		return Entry{}, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return Entry{}, fmt.Errorf("open conversation folder: %w", err)
+	}
+	defer root.Close()
+
+	existing, err := root.Lstat(name)
+	switch {
+	case err == nil && !overwrite:
+		return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
+	case err == nil && !existing.Mode().IsRegular():
+		return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists and is not a regular file", name)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return Entry{}, fmt.Errorf("inspect file: %w", err)
+	}
+	_, free, err := f.space.usage(dir)
+	if err != nil {
+		return Entry{}, fmt.Errorf("measure conversation folder: %w", err)
+	}
+	if existing != nil {
+		free += existing.Size()
+	}
+
+	tmp := uploadPrefix + strings.ToLower(rand.Text()[:12])
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return Entry{}, fmt.Errorf("create file: %w", err)
+	}
+	defer root.Remove(tmp) // gone once renamed or linked; cleanup otherwise
+	n, err := io.Copy(out, io.LimitReader(r, min(limit, free)+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		return Entry{}, quotaError(f.quota)
+	case err != nil:
+		return Entry{}, fmt.Errorf("write file: %w", err)
+	case n > limit:
+		return Entry{}, runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit)
+	case n > free:
+		return Entry{}, quotaError(f.quota)
+	}
+	_ = root.Lchown(tmp, f.uid, f.gid) // so that programs may change it
+	if overwrite {
+		err = root.Rename(tmp, name)
+	} else {
+		err = root.Link(tmp, name)
+		if errors.Is(err, fs.ErrExist) {
+			return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
+		}
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("store file: %w", err)
+	}
+	info, err := root.Lstat(name)
+	if err != nil {
+		return Entry{}, fmt.Errorf("store file: %w", err)
+	}
+	return Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()}, nil
+}
+
+func quotaError(quota int64) error {
+	return runbox.Errorf(runbox.EQuotaExceeded, "the conversation's files would exceed its quota of %d bytes", quota)
+}
