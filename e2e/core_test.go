@@ -123,17 +123,16 @@ func TestMCP(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
-		r := runCode(t, cs, map[string]any{"language": "python", "code": "while True:\n    pass", "timeout_seconds": 2})
+		r := runCode(t, cs, map[string]any{"language": "python", "code": "while True:\n    pass", "timeout_seconds": 2,
+			"conversationId": "endless"})
 		if d := time.Since(start); d > 4*time.Second {
 			t.Errorf("timed-out run took %v", d)
 		}
 		if !r.TimedOut || r.Success || r.ExitCode != -1 {
 			t.Errorf("result %+v, want timed_out", r)
 		}
-		for _, id := range s.executors {
-			if n := s.containers(id); n != 0 {
-				t.Errorf("%d containers left after the timeout", n)
-			}
+		if n := s.conversationContainers("endless"); n != 0 {
+			t.Errorf("%d containers left after the timeout", n)
 		}
 	})
 

@@ -179,13 +179,15 @@ func (s *service) stop() {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
-		if s.t.Failed() {
-			s.t.Logf("--- output of %s ---\n%s", p.name, p.out.String())
-		}
 	}
 	for _, id := range s.executors {
 		if n := s.containers(id); n != 0 {
 			s.t.Errorf("executor %s left %d containers", id, n)
+		}
+	}
+	if s.t.Failed() {
+		for _, p := range s.procs {
+			s.t.Logf("--- output of %s ---\n%s", p.name, p.out.String())
 		}
 	}
 }
@@ -194,6 +196,17 @@ func (s *service) stop() {
 func (s *service) containers(executor string) int {
 	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
 		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+executor),
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(res.Items)
+}
+
+// conversationContainers counts the containers of a conversation.
+func (s *service) conversationContainers(cid string) int {
+	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
+		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelConversation+"="+cid),
 	})
 	if err != nil {
 		s.t.Fatal(err)

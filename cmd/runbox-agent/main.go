@@ -2,7 +2,7 @@
 // from its stdin in the runner protocol (package agent), runs them one at a
 // time, and reports their output and exit on its stdout.
 //
-// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] -- LAUNCH...
+// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] -- LAUNCH...
 package main
 
 import (
@@ -25,6 +25,7 @@ func main() {
 	scratch := flag.String("scratch", "/tmp/runbox", "folder the program file is written to")
 	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
 	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
+	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py pandas)")
 	flag.Parse()
 	if *ext == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
@@ -43,6 +44,7 @@ func main() {
 		Sweep:    *sweep,
 		Env:      programEnv(os.Environ()),
 		OOMKills: agent.CgroupOOMKills,
+		Zygote:   strings.Fields(*zygote),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -14,18 +14,21 @@ import (
 )
 
 // startAgent runs Serve with bash on this host, wired to a Conn.
-func startAgent(t *testing.T) *Conn {
+func startAgent(t *testing.T) *Conn { return startAgentWith(t, 0) }
+
+func startAgentWith(t *testing.T, lineWait time.Duration) *Conn {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := Config{
-		Launch:  []string{"bash"},
-		Ext:     "sh",
-		Dir:     t.TempDir(),
-		Scratch: t.TempDir(),
-		Env:     []string{"PATH=" + os.Getenv("PATH"), "BASE=base"},
+		Launch:   []string{"bash"},
+		Ext:      "sh",
+		Dir:      t.TempDir(),
+		Scratch:  t.TempDir(),
+		Env:      []string{"PATH=" + os.Getenv("PATH"), "BASE=base"},
+		LineWait: lineWait,
 	}
 	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
 	t.Cleanup(func() {
@@ -144,8 +147,9 @@ func TestServeStreamsOutputAsProduced(t *testing.T) {
 }
 
 func TestServeCoalescesLinePieces(t *testing.T) {
-	c := startAgent(t)
-	if err := c.Start(Run{Code: "printf first; printf '\\n'; printf second; sleep 0.3; printf '\\n'"}); err != nil {
+	// A wide window, so that a loaded machine does not split the line.
+	c := startAgentWith(t, 200*time.Millisecond)
+	if err := c.Start(Run{Code: "printf first; printf '\\n'; printf second; sleep 1; printf '\\n'"}); err != nil {
 		t.Fatal(err)
 	}
 	c.CloseStdin()

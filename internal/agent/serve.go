@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,12 @@ type Config struct {
 	// OOMKills returns how many times the OOM killer has fired in the
 	// sandbox; nil when unknown.
 	OOMKills func() (int64, bool)
+	// LineWait is how long output that ends mid-line is held for the rest
+	// of the line (DefaultLineWait if 0).
+	LineWait time.Duration
+	// Zygote, when set, is the command of a zygote that forks programs
+	// (see zygote.go); it is started with the agent.
+	Zygote []string
 }
 
 // drainTimeout bounds the wait for a program's output pipes to close after
@@ -73,6 +80,12 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		}
 	}()
 
+	st := &starter{cfg: cfg}
+	if len(cfg.Zygote) > 0 {
+		st.zygote = newZygote(cfg.Zygote, cfg.Env)
+		go st.zygote.run()
+		defer st.zygote.stop()
+	}
 	var cur *process
 	exited := make(chan Exit, 1)
 	defer func() {
@@ -111,7 +124,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 					}
 					continue
 				}
-				p, err := start(cfg, run, fw, exited)
+				p, err := st.start(run, fw, exited)
 				if err != nil {
 					if err := fw.writeJSON(frameFail, Failure{Message: err.Error()}); err != nil {
 						return err
@@ -138,12 +151,20 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 // process is one running program.
 type process struct {
-	cmd   *exec.Cmd
+	pid   int
 	stdin *stdinQueue
+	spare func() int // a pid a sweep must not kill (the zygote), or 0
 	sweep bool
 }
 
-func start(cfg Config, run Run, fw *frameWriter, exited chan<- Exit) (*process, error) {
+// starter starts programs: the ordinary way, or forked from a zygote.
+type starter struct {
+	cfg    Config
+	zygote *zygote // nil without one
+}
+
+func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process, error) {
+	cfg := st.cfg
 	if len(cfg.Launch) == 0 {
 		return nil, errors.New("agent has no launch command")
 	}
@@ -170,33 +191,57 @@ func start(cfg Config, run Run, fw *frameWriter, exited chan<- Exit) (*process, 
 		return nil, err
 	}
 
-	cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
-	cmd.Dir = cfg.Dir
-	cmd.Env = mergeEnv(cfg.Env, run.Env)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
-	// Its own session, so that killing the group reaches what it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-
+	env := mergeEnv(cfg.Env, run.Env)
 	oomBefore, oomKnown := int64(0), false
 	if cfg.OOMKills != nil {
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
-	err = cmd.Start()
+	var (
+		pid  int
+		wait func() syscall.WaitStatus
+	)
+	if st.zygote != nil && st.zygote.isReady() {
+		f, ferr := st.zygote.fork(path, cfg.Dir, env, [3]*os.File{stdinR, outW, errW})
+		if ferr == nil {
+			pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
+		}
+	}
+	if wait == nil {
+		cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
+		cmd.Dir = cfg.Dir
+		cmd.Env = env
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
+		// Its own session, so that killing the group reaches what it started.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err = cmd.Start()
+		if err == nil {
+			pid = cmd.Process.Pid
+			wait = func() syscall.WaitStatus {
+				_ = cmd.Wait()
+				ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+				return ws
+			}
+		}
+	}
 	closeAll(stdinR, outW, errW) // the child holds its own copies
 	if err != nil {
 		closeAll(stdinW, outR, errR)
 		return nil, fmt.Errorf("start program: %w", err)
 	}
 
-	p := &process{cmd: cmd, stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
+	p := &process{pid: pid, stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
+	if st.zygote != nil {
+		p.spare = st.zygote.processID
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go relay(&wg, outR, frameStdout, fw)
-	go relay(&wg, errR, frameStderr, fw)
+	lineWait := cmp.Or(cfg.LineWait, DefaultLineWait)
+	go relay(&wg, outR, frameStdout, fw, lineWait)
+	go relay(&wg, errR, frameStderr, fw, lineWait)
 	go p.stdin.run()
 
 	go func() {
-		waitErr := cmd.Wait()
+		ws := wait()
 		// The program is gone; take what it left running with it, which
 		// also closes the pipes those processes held.
 		p.kill()
@@ -209,12 +254,9 @@ func start(cfg Config, run Run, fw *frameWriter, exited chan<- Exit) (*process, 
 			closeAll(outR, errR)
 			<-drained
 		}
-		ex := Exit{ExitCode: cmd.ProcessState.ExitCode()}
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			ex.Signal = int(ws.Signal())
-		}
-		if waitErr != nil && cmd.ProcessState == nil {
-			ex.ExitCode = -1
+		ex := Exit{ExitCode: ws.ExitStatus()}
+		if ws.Signaled() {
+			ex.ExitCode, ex.Signal = -1, int(ws.Signal())
 		}
 		if oomKnown {
 			if n, ok := cfg.OOMKills(); ok && n > oomBefore {
@@ -227,17 +269,21 @@ func start(cfg Config, run Run, fw *frameWriter, exited chan<- Exit) (*process, 
 }
 
 // kill ends the program's process group and, when sweeping, every other
-// process in the sandbox but the agent and init.
+// process in the sandbox but init, the agent and the zygote.
 func (p *process) kill() {
-	pid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	if p.sweep {
-		sweep()
+		spare := 0
+		if p.spare != nil {
+			spare = p.spare()
+		}
+		sweep(spare)
 	}
 }
 
-// sweep kills every process it may, other than init and the agent itself.
-func sweep() {
+// sweep kills every process it may, other than init, the agent itself and
+// spare.
+func sweep(spare int) {
 	self := os.Getpid()
 	if os.Getuid() == 0 {
 		return // never as root: that is not a sandbox
@@ -248,20 +294,20 @@ func sweep() {
 	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == 1 || pid == self {
+		if err != nil || pid == 1 || pid == self || pid == spare {
 			continue
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
-// coalesce is how long relay waits for the rest of a line: unbuffered
-// programs write a line in pieces (Python's print writes the text, then the
-// newline), and a client should see the line as one chunk.
-const coalesce = 2 * time.Millisecond
+// DefaultLineWait is how long relay waits for the rest of a line:
+// unbuffered programs write a line in pieces (Python's print writes the
+// text, then the newline), and a client should see the line as one chunk.
+const DefaultLineWait = 2 * time.Millisecond
 
 // relay copies a program's output into frames until the pipe closes.
-func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter) {
+func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter, lineWait time.Duration) {
 	defer wg.Done()
 	defer r.Close()
 	buf := make([]byte, chunkSize)
@@ -269,7 +315,7 @@ func relay(wg *sync.WaitGroup, r *os.File, typ byte, fw *frameWriter) {
 		n, err := r.Read(buf)
 		// Gather the rest of an unfinished line for a moment.
 		for err == nil && n > 0 && n < len(buf) && buf[n-1] != '\n' {
-			if r.SetReadDeadline(time.Now().Add(coalesce)) != nil {
+			if r.SetReadDeadline(time.Now().Add(lineWait)) != nil {
 				break
 			}
 			var m int

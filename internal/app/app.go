@@ -194,6 +194,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		Concurrency:   cfg.Concurrency,
 		MaxOutput:     cfg.MaxOutput,
 		ShutdownGrace: cfg.ShutdownGrace,
+		PollInterval:  cfg.PollInterval,
 	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		qc.Close()

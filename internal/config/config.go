@@ -50,8 +50,13 @@ type Config struct {
 	MaxInlineImages     int
 	MaxInlineImageBytes int64
 	Concurrency         int
-	ShutdownGrace       time.Duration
-	ExecutorID          string
+	// MaxWarm bounds the idle sandboxes an executor keeps for their
+	// conversations.
+	MaxWarm int
+	// PollInterval is how often an idle executor asks Redis for work.
+	PollInterval  time.Duration
+	ShutdownGrace time.Duration
+	ExecutorID    string
 
 	LogLevel  string
 	LogFormat string
@@ -82,6 +87,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxInlineImages:          p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4),
 		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
+		MaxWarm:                  p.nonNegative("SANDBOX_MAX_WARM", 32),
+		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", 2*time.Millisecond),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

@@ -208,5 +208,10 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 			return err
 		}
 	}
+	// The executors drop its warm sandboxes; one that has not yet would
+	// not be used again, as it mounts the folder removed here.
+	if err := s.store.PublishClosed(ctx, cid); err != nil {
+		return err
+	}
 	return s.folders.Remove(cid)
 }

@@ -29,6 +29,7 @@ const (
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
 	reapInterval             = time.Minute
+	pruneInterval            = 30 * time.Second
 )
 
 // Causes of a run's cancellation.
@@ -131,6 +132,11 @@ func (e *Executor) Start(ctx context.Context) error {
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	e.stopBackground = stop
 	e.every(bg, e.cfg.HeartbeatInterval, e.renew)
+	e.every(bg, pruneInterval, func(context.Context) {
+		if n := e.sandboxes.Prune(); n > 0 {
+			e.log.Info("removed idle sandboxes", "count", n)
+		}
+	})
 	e.every(bg, reapInterval, func(ctx context.Context) {
 		if n, err := e.sandboxes.Reap(ctx, reapInterval); err != nil {
 			e.log.Warn("reap sandboxes", "err", err)
@@ -141,6 +147,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	wd := NewWatchdog(e.store, e.sched, e.log)
 	e.every(bg, WatchdogInterval, wd.Check)
 	e.background.Go(func() { e.listenForCancels(bg) })
+	e.background.Go(func() { e.listenForClosed(bg) })
 	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
 	return nil
 }
@@ -225,6 +232,27 @@ func (e *Executor) cancel(id string, cause error) {
 	}
 }
 
+// listenForClosed drops the warm sandboxes of conversations a client
+// closed.
+func (e *Executor) listenForClosed(ctx context.Context) {
+	sub := e.store.SubscribeClosed(ctx)
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			if n := e.sandboxes.Drop(msg.Payload); n > 0 {
+				e.log.Info("removed the sandboxes of a closed conversation", "conversation", msg.Payload, "count", n)
+			}
+		}
+	}
+}
+
 // Shutdown stops taking runs, lets running ones finish for the grace
 // period, then kills the rest and ends them as errors, so that none is left
 // running and none runs again. It returns when every sandbox is removed.
@@ -266,8 +294,8 @@ wait:
 	if err := e.store.Unregister(cctx, e.cfg.ID); err != nil {
 		e.log.Warn("unregister", "err", err)
 	}
-	if _, err := e.sandboxes.Reap(cctx, 0); err != nil {
-		e.log.Warn("reap sandboxes", "err", err)
+	if err := e.sandboxes.Shutdown(cctx); err != nil {
+		e.log.Warn("remove sandboxes", "err", err)
 	}
 	e.log.Info("executor stopped")
 }
@@ -385,6 +413,10 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	st.result.Files, st.result.Artifacts = e.fileInfos(spec.ConversationID, before, log)
 
 	now := time.Now()
+	if runErr != nil && ctx.Err() != nil {
+		// Cancelled while its sandbox was starting.
+		oc.Cancelled, runErr = true, nil
+	}
 	switch {
 	case runErr != nil:
 		return fail(runErr, "the sandbox failed while running the program")

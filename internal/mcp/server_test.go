@@ -103,17 +103,14 @@ func call(t *testing.T, cs *mcpsdk.ClientSession, params *mcpsdk.CallToolParams)
 
 func TestRunCodeAndAliases(t *testing.T) {
 	var mu sync.Mutex
-	var progress []string
+	progress := map[any]string{} // by progress token
 	f := newFixture(t, &mcpsdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcpsdk.ProgressNotificationClientRequest) {
 		mu.Lock()
-		progress = append(progress, r.Params.Message)
+		progress[r.Params.ProgressToken] += r.Params.Message
 		mu.Unlock()
 	}})
 	for _, name := range []string{"run_code", "sandbox.run_code", "run_python"} {
 		t.Run(name, func(t *testing.T) {
-			mu.Lock()
-			progress = nil
-			mu.Unlock()
 			cid := strings.ReplaceAll(name, ".", "-")
 			params := &mcpsdk.CallToolParams{Name: name, Arguments: map[string]any{"language": "python", "code": "print(1)", "session_id": cid}}
 			params.SetProgressToken(name)
@@ -125,10 +122,19 @@ func TestRunCodeAndAliases(t *testing.T) {
 			if !strings.Contains(res.Content[0].(*mcpsdk.TextContent).Text, `"stdout":"one\n"`) {
 				t.Errorf("text content %v", res.Content[0])
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if strings.Join(progress, "") != "one\ntwo\n" {
-				t.Errorf("progress %q", progress)
+			// The client may handle notifications after the result.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				mu.Lock()
+				got := progress[name]
+				mu.Unlock()
+				if got == "one\ntwo\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("progress %q", got)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}

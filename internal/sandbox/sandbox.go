@@ -1,9 +1,13 @@
 // Package sandbox runs programs in locked-down Docker containers.
 //
 // A container runs the runner agent (package agent) as its command; the
-// Manager talks to it over the container's attached stdin and stdout. How a
-// container is obtained for a run (today: a fresh one per run) is the
-// Manager's business alone: callers only ask it to Run.
+// Manager talks to it over the container's attached stdin and stdout, so a
+// run costs no Docker API call once its container is up. A container is
+// started for a conversation and language, mounts that conversation's
+// folder at /data, and stays with it while it is used: later runs of the
+// conversation reuse it (warm.go). It is never shared with another
+// conversation, and it is removed when it idles past its TTL, when a run
+// is killed (timeout, cancel), or when anything about it is in doubt.
 package sandbox
 
 import (
@@ -18,14 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // Labels of runner images (the contract's) and of the containers the
@@ -86,7 +85,16 @@ type Options struct {
 	ExecutorID string // labels the containers, so that a restart can reap them
 	Limits     Limits
 	Logger     *slog.Logger
+	// IdleTTL is how long a warm sandbox waits for its conversation's next
+	// run before it is removed.
+	IdleTTL time.Duration
+	// MaxWarm bounds the idle warm sandboxes kept; the least recently used
+	// go first. With 0, every run gets a fresh sandbox.
+	MaxWarm int
 }
+
+// DefaultIdleTTL is the IdleTTL of Options that set none.
+const DefaultIdleTTL = 30 * time.Minute
 
 // Manager runs programs in sandboxes.
 type Manager struct {
@@ -97,6 +105,7 @@ type Manager struct {
 	mu      sync.Mutex
 	runners map[string]runbox.Runner // by language
 	live    map[string]struct{}      // containers started and not yet removed
+	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
 }
 
 // NewManager returns a Manager using docker.
@@ -105,7 +114,11 @@ func NewManager(docker Docker, opts Options) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{docker: docker, opts: opts, log: log, runners: map[string]runbox.Runner{}, live: map[string]struct{}{}}
+	opts.IdleTTL = cmp.Or(opts.IdleTTL, DefaultIdleTTL)
+	return &Manager{
+		docker: docker, opts: opts, log: log,
+		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
+	}
 }
 
 // Ping checks that the Docker Engine answers.
@@ -189,9 +202,10 @@ type Outcome struct {
 // ErrUnknownLanguage reports a language no runner image offers.
 var ErrUnknownLanguage = errors.New("sandbox: no runner for language")
 
-// Run runs req in a new sandbox and removes the sandbox afterwards, however
-// the run ends. Cancelling ctx kills the program. An error means the
-// service failed, not the program.
+// Run runs req in its conversation's warm sandbox, or in a new one. Once
+// the program ends, a sandbox that is sound stays warm for the next run; one
+// that was killed or misbehaved is removed. Cancelling ctx kills the
+// program. An error means the service failed, not the program.
 func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, error) {
 	m.mu.Lock()
 	runner, ok := m.runners[req.Language]
@@ -199,282 +213,21 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 	if !ok {
 		return Outcome{}, fmt.Errorf("%w %q", ErrUnknownLanguage, req.Language)
 	}
-	sb, err := m.create(ctx, runner, req)
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer m.remove(sb.id)
-	return sb.run(ctx, req, out)
-}
-
-// sandbox is one started container and the agent in it.
-type sandbox struct {
-	m        *Manager
-	id       string
-	attach   client.HijackedResponse
-	conn     *agent.Conn
-	agentErr *logWriter
-}
-
-func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
-	limits := m.opts.Limits
-	pids := limits.Pids
-	init := true
-	return client.ContainerCreateOptions{
-		Name: "runbox-" + req.RunID,
-		Config: &container.Config{
-			Image:           runner.Image,
-			User:            User,
-			WorkingDir:      "/data",
-			AttachStdin:     true,
-			AttachStdout:    true,
-			AttachStderr:    true,
-			OpenStdin:       true,
-			StdinOnce:       true,
-			NetworkDisabled: true,
-			Labels: map[string]string{
-				LabelManaged:      "true",
-				LabelExecutor:     m.opts.ExecutorID,
-				LabelRun:          req.RunID,
-				LabelConversation: req.ConversationID,
-			},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode:    "none",
-			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges:true"},
-			ReadonlyRootfs: true,
-			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize},
-			IpcMode:        "private",
-			Init:           &init,
-			Mounts: []mount.Mount{{
-				Type:   mount.TypeBind,
-				Source: req.DataDir,
-				Target: "/data",
-			}},
-			Resources: container.Resources{
-				Memory:     limits.Memory,
-				MemorySwap: limits.Memory,
-				NanoCPUs:   limits.NanoCPUs,
-				PidsLimit:  &pids,
-				Ulimits:    m.ulimits(),
-			},
-		},
-	}
-}
-
-func (m *Manager) ulimits() []*container.Ulimit {
-	u := []*container.Ulimit{
-		{Name: "nofile", Soft: 1024, Hard: 1024},
-		{Name: "core", Soft: 0, Hard: 0},
-	}
-	if fs := m.opts.Limits.FileSize; fs > 0 {
-		u = append(u, &container.Ulimit{Name: "fsize", Soft: fs, Hard: fs})
-	}
-	return u
-}
-
-// create makes, attaches to and starts a container, and waits for its
-// agent's hello. Any failure removes the container.
-func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request) (_ *sandbox, err error) {
-	opts := m.containerConfig(runner, req)
-	created, err := m.docker.ContainerCreate(ctx, opts)
-	if errdefs.IsConflict(err) {
-		// A container of this run survived an earlier attempt: it is ours
-		// to remove, and the name is ours to reuse.
-		m.forceRemove(opts.Name)
-		created, err = m.docker.ContainerCreate(ctx, opts)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	m.track(created.ID)
-	defer func() {
-		if err != nil {
-			m.remove(created.ID)
-		}
-	}()
-	// Attach before start, or early output is lost.
-	att, err := m.docker.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{
-		Stream: true, Stdin: true, Stdout: true, Stderr: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach container: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			att.Close()
-		}
-	}()
-	if _, err := m.docker.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		return nil, fmt.Errorf("start container: %w", err)
-	}
-
-	// The attach stream multiplexes stdout (the protocol) and stderr (the
-	// agent's own complaints, logged).
-	pr, pw := io.Pipe()
-	agentErr := &logWriter{log: m.log.With("container", shortID(created.ID))}
-	go func() {
-		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
-		pw.CloseWithError(err)
-	}()
-	sb := &sandbox{m: m, id: created.ID, attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr}
-
-	hello := make(chan error, 1)
-	go func() { _, err := sb.conn.Hello(); hello <- err }()
-	t := time.NewTimer(helloTimeout)
-	defer t.Stop()
-	select {
-	case err = <-hello:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-t.C:
-		err = errors.New("agent did not answer")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
-	}
-	return sb, nil
-}
-
-// run sends req to the agent and relays its output until the program ends.
-func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, error) {
-	defer sb.attach.Close()
-	start := time.Now()
-	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env}); err != nil {
-		return Outcome{}, fmt.Errorf("send program: %w", err)
-	}
-	go sb.feedStdin(req.Stdin)
-
-	// Killing the container is the one sure way to stop everything in it;
-	// the receive loop then ends on EOF.
-	var (
-		mu       sync.Mutex
-		timedOut bool
-		killed   bool
-	)
-	kill := func(timeout bool) {
-		mu.Lock()
-		if killed {
-			mu.Unlock()
-			return
-		}
-		killed, timedOut = true, timeout
-		mu.Unlock()
-		sb.m.kill(sb.id)
-	}
-	timer := time.AfterFunc(req.Timeout, func() { kill(true) })
-	defer timer.Stop()
-	stop := context.AfterFunc(ctx, func() { kill(false) })
-	defer stop()
-
-	var (
-		exit    *agent.Exit
-		recvErr error
-	)
-	for exit == nil && recvErr == nil {
-		msg, err := sb.conn.Recv()
-		switch {
-		case err != nil:
-			recvErr = err
-		case msg.Kind == agent.Stdout:
-			out(Stdout, msg.Data)
-		case msg.Kind == agent.Stderr:
-			out(Stderr, msg.Data)
-		case msg.Kind == agent.Exited:
-			exit = &msg.Exit
-		case msg.Kind == agent.Failed:
-			recvErr = fmt.Errorf("agent could not start the program: %s", msg.Err)
+	key := warmKey{conversation: req.ConversationID, language: req.Language}
+	sb := m.take(key, req.DataDir)
+	if sb == nil {
+		var err error
+		if sb, err = m.create(ctx, runner, req); err != nil {
+			return Outcome{}, err
 		}
 	}
-	timer.Stop()
-	oc := Outcome{Duration: time.Since(start)}
-	mu.Lock()
-	oc.TimedOut, oc.Cancelled = timedOut, killed && !timedOut
-	mu.Unlock()
-	switch {
-	case oc.TimedOut || oc.Cancelled:
-		oc.ExitCode = -1
-		return oc, nil
-	case exit != nil:
-		oc.ExitCode, oc.OOMKilled = exit.ExitCode, exit.OOMKilled
-		return oc, nil
+	oc, err := sb.run(ctx, req, out)
+	if err != nil || oc.TimedOut || oc.Cancelled {
+		m.discard(sb)
+	} else {
+		m.park(sb)
 	}
-	// The agent went away mid-run: the container died, most likely of the
-	// memory limit.
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	info, err := sb.m.docker.ContainerInspect(ictx, sb.id, client.ContainerInspectOptions{})
-	if err == nil && info.Container.State != nil && !info.Container.State.Running {
-		oc.ExitCode = -1
-		oc.OOMKilled = info.Container.State.OOMKilled
-		if oc.OOMKilled {
-			return oc, nil
-		}
-	}
-	return oc, fmt.Errorf("sandbox ended unexpectedly: %w (agent: %s)", recvErr, sb.agentErr.String())
-}
-
-// feedStdin copies the program's input to the agent, then closes it.
-func (sb *sandbox) feedStdin(r io.Reader) {
-	if r != nil {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				if sb.conn.Stdin(buf[:n]) != nil {
-					return
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
-	}
-	_ = sb.conn.CloseStdin()
-}
-
-func (m *Manager) track(id string) {
-	m.mu.Lock()
-	m.live[id] = struct{}{}
-	m.mu.Unlock()
-}
-
-// kill stops a container now. It is called from timers and cancellation,
-// so it uses its own context.
-func (m *Manager) kill(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
-	defer cancel()
-	if _, err := m.docker.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil &&
-		!errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
-		m.log.Warn("kill sandbox", "container", shortID(id), "err", err)
-	}
-}
-
-// remove deletes a container whatever its state, on a context of its own:
-// cleanup must not depend on the request that is ending.
-func (m *Manager) remove(id string) {
-	m.forceRemove(id)
-	m.mu.Lock()
-	delete(m.live, id)
-	m.mu.Unlock()
-}
-
-func (m *Manager) forceRemove(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		_, err := m.docker.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if err == nil || errdefs.IsNotFound(err) {
-			return
-		}
-		// "removal already in progress" and similar pass quickly.
-		if attempt == 4 || ctx.Err() != nil {
-			m.log.Error("remove sandbox", "container", shortID(id), "err", err)
-			return
-		}
-		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
-	}
+	return oc, err
 }
 
 // Reap removes this executor's containers that it does not track and that
@@ -500,6 +253,23 @@ func (m *Manager) Reap(ctx context.Context, minAge time.Duration) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// Shutdown removes the warm sandboxes and then every container of this
+// executor, tracked or not. Call it once no run is left.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.Close()
+	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelExecutor+"="+m.opts.ExecutorID),
+	})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range res.Items {
+		m.remove(c.ID)
+	}
+	return nil
 }
 
 // Live returns how many containers the manager has started and not yet

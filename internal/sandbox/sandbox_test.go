@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 func newManager(t *testing.T, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits})
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: 8})
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -26,6 +27,7 @@ func newManager(t *testing.T, limits Limits) (*Manager, *client.Client) {
 		t.Fatalf("runners %v: run make images first", runners)
 	}
 	t.Cleanup(func() {
+		m.Close()
 		if n := m.Live(); n != 0 {
 			t.Errorf("%d containers left tracked", n)
 		}
@@ -138,6 +140,9 @@ func TestRunTimeoutKillsSandbox(t *testing.T) {
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("took %v", d)
 	}
+	if n := m.Live(); n != 0 {
+		t.Errorf("%d containers after a timeout: the killed sandbox must go", n)
+	}
 }
 
 func TestRunCancel(t *testing.T) {
@@ -227,5 +232,137 @@ func TestReapRemovesOrphans(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("reaped %d, want 1", n)
+	}
+}
+
+// hostname runs a program that prints the sandbox's container id.
+func hostname(t *testing.T, m *Manager, cid, lang, dir string) string {
+	t.Helper()
+	var c capture
+	code := "cat /etc/hostname"
+	if lang == "python" {
+		code = "print(open('/etc/hostname').read().strip())"
+	}
+	if _, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: cid, Language: lang,
+		Code: code, Timeout: 30 * time.Second, DataDir: dir}, c.output); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(c.stdout.String())
+}
+
+func TestWarmSandboxes(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	dirA, dirB := dataDir(t), dataDir(t)
+	a1 := hostname(t, m, "conv-a", "bash", dirA)
+	a2 := hostname(t, m, "conv-a", "bash", dirA)
+	b1 := hostname(t, m, "conv-b", "bash", dirB)
+	if a1 != a2 {
+		t.Errorf("a conversation's second run got a new sandbox (%s, %s)", a1, a2)
+	}
+	if b1 == a1 {
+		t.Error("two conversations shared a sandbox")
+	}
+	if p := hostname(t, m, "conv-a", "python", dirA); p == a1 {
+		t.Error("two languages shared a sandbox")
+	}
+	if m.Warm() != 3 {
+		t.Errorf("%d warm sandboxes, want 3", m.Warm())
+	}
+
+	t.Run("nothing of a run outlives it", func(t *testing.T) {
+		var c capture
+		m.Run(context.Background(), Request{RunID: "r", ConversationID: "conv-a", Language: "bash",
+			Code: "(setsid sleep 300 &); sleep 300 & echo started", Timeout: 30 * time.Second, DataDir: dirA}, c.output)
+		c = capture{}
+		m.Run(context.Background(), Request{RunID: "r", ConversationID: "conv-a", Language: "bash",
+			Code: "ps -eo comm | grep -c sleep || true", Timeout: 30 * time.Second, DataDir: dirA}, c.output)
+		if c.stdout.String() != "0\n" {
+			t.Errorf("processes of the previous run survive: %q", c.stdout.String())
+		}
+	})
+
+	t.Run("input never reaches the next program", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		var c capture
+		m.Run(context.Background(), Request{RunID: "r", ConversationID: "conv-a", Language: "bash",
+			Code: "echo ignoring stdin", Stdin: pr, Timeout: 30 * time.Second, DataDir: dirA}, c.output)
+		go pw.Write([]byte("stale input\n"))
+		time.Sleep(100 * time.Millisecond)
+		c = capture{}
+		m.Run(context.Background(), Request{RunID: "r", ConversationID: "conv-a", Language: "bash",
+			Code: "cat; echo end", Timeout: 30 * time.Second, DataDir: dirA}, c.output)
+		if c.stdout.String() != "end\n" {
+			t.Errorf("the next program read %q", c.stdout.String())
+		}
+	})
+
+	t.Run("a folder made anew gets a new sandbox", func(t *testing.T) {
+		os.RemoveAll(dirB)
+		os.Mkdir(dirB, 0o777)
+		os.Chmod(dirB, 0o777)
+		if b2 := hostname(t, m, "conv-b", "bash", dirB); b2 == b1 {
+			t.Error("the sandbox of a deleted folder was reused")
+		}
+	})
+
+	t.Run("drop and prune", func(t *testing.T) {
+		if n := m.Drop("conv-a"); n != 2 {
+			t.Errorf("dropped %d, want 2", n)
+		}
+		m.opts.IdleTTL = time.Nanosecond
+		if n := m.Prune(); n != 1 {
+			t.Errorf("pruned %d, want 1", n)
+		}
+		if m.Warm() != 0 || m.Live() != 0 {
+			t.Errorf("%d warm, %d live", m.Warm(), m.Live())
+		}
+	})
+}
+
+// TestZygoteInSandbox: once its zygote is ready, a Python sandbox forks
+// programs with the data stack already imported.
+func TestZygoteInSandbox(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	dir := dataDir(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var c capture
+		_, err := m.Run(context.Background(), Request{RunID: "z", ConversationID: "zyg", Language: "python",
+			Code: "import sys\nprint('pandas' in sys.modules, __name__)", Timeout: 30 * time.Second, DataDir: dir}, c.output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.stdout.String() == "True __main__\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("programs never ran with pandas preloaded: %q %q", c.stdout.String(), c.stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var c capture
+	start := time.Now()
+	oc, err := m.Run(context.Background(), Request{RunID: "z", ConversationID: "zyg", Language: "python",
+		Code:    "import pandas as pd, matplotlib.pyplot as plt\npd.DataFrame({'x': [1, 2, 3]}).plot()\nplt.savefig('p.png')\nprint('ok')",
+		Timeout: 30 * time.Second, DataDir: dir}, c.output)
+	if err != nil || oc.ExitCode != 0 || c.stdout.String() != "ok\n" {
+		t.Fatalf("%+v %v %q %q", oc, err, c.stdout.String(), c.stderr.String())
+	}
+	t.Logf("pandas + matplotlib snippet from the zygote: %v", time.Since(start))
+	if _, err := os.Stat(dir + "/p.png"); err != nil {
+		t.Error(err)
+	}
+	// A memory hog is killed, not the zygote: the next run still forks.
+	oc, _ = m.Run(context.Background(), Request{RunID: "z", ConversationID: "zyg", Language: "python",
+		Code: "x = bytearray(1 << 30)", Timeout: 30 * time.Second, DataDir: dir}, func(Stream, []byte) {})
+	if !oc.OOMKilled {
+		t.Errorf("hog outcome %+v", oc)
+	}
+	c = capture{}
+	m.Run(context.Background(), Request{RunID: "z", ConversationID: "zyg", Language: "python",
+		Code: "import sys\nprint('pandas' in sys.modules)", Timeout: 30 * time.Second, DataDir: dir}, c.output)
+	if c.stdout.String() != "True\n" {
+		t.Errorf("after the hog: %q", c.stdout.String())
 	}
 }

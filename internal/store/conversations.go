@@ -122,3 +122,18 @@ func (s *Store) Busy(ctx context.Context, cid string) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// PublishClosed tells the executors that a conversation was closed, so
+// that they drop its warm sandboxes.
+func (s *Store) PublishClosed(ctx context.Context, cid string) error {
+	if err := s.rdb.Publish(ctx, closedChannel, cid).Err(); err != nil {
+		return fmt.Errorf("announce closed conversation: %w", err)
+	}
+	return nil
+}
+
+// SubscribeClosed returns a subscription to closed conversations; each
+// message's payload is a conversation id. The caller closes it.
+func (s *Store) SubscribeClosed(ctx context.Context) *redis.PubSub {
+	return s.rdb.Subscribe(ctx, closedChannel)
+}

@@ -24,6 +24,7 @@ const (
 	recentRunsKey   = prefix + "runs"
 	busyConvsKey    = prefix + "convs:busy" // conversations with a head
 	cancelChannel   = prefix + "cancel"     // run ids whose cancellation was asked for
+	closedChannel   = prefix + "closed"     // ids of closed conversations
 	cancelFlagField = "cancel"
 	specField       = "spec"
 )

@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A zygote is a long-lived process that has done a language's slow start
+// (for Python: importing pandas, numpy and matplotlib) and forks a child per
+// program. It speaks JSON messages over a SOCK_SEQPACKET socket, passing the
+// program's stdin, stdout and stderr as file descriptors (see
+// runners/python/zygote.py). Until it is ready, and whenever it is gone,
+// programs start the ordinary way.
+
+// zygoteStartTimeout bounds the wait for a fork's pid.
+const zygoteStartTimeout = 5 * time.Second
+
+type zygote struct {
+	command []string
+	env     []string
+
+	mu      sync.Mutex
+	sock    *os.File // our end
+	pid     int
+	ready   bool
+	forks   chan zygoteFork // answers to the one pending start
+	exits   map[int]chan syscall.WaitStatus
+	stopped bool
+}
+
+type zygoteFork struct {
+	pid  int
+	exit chan syscall.WaitStatus
+}
+
+type zygoteMessage struct {
+	Ready  bool `json:"ready"`
+	PID    int  `json:"pid"`
+	Exit   int  `json:"exit"`
+	Status int  `json:"status"`
+}
+
+func newZygote(command, env []string) *zygote {
+	return &zygote{command: command, env: env, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{}}
+}
+
+// run keeps the zygote alive until stop, restarting it with a backoff when
+// it dies.
+func (z *zygote) run() {
+	backoff := time.Second
+	for {
+		start := time.Now()
+		err := z.runOnce()
+		z.mu.Lock()
+		stopped := z.stopped
+		z.mu.Unlock()
+		if stopped {
+			return
+		}
+		log.Printf("zygote ended: %v", err)
+		if time.Since(start) > time.Minute {
+			backoff = time.Second
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (z *zygote) runOnce() error {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-peer")
+	defer ours.Close()
+	cmd := exec.Command(z.command[0], z.command[1:]...)
+	cmd.Env = z.env
+	cmd.Dir = "/tmp"
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	z.mu.Lock()
+	z.sock, z.pid = ours, cmd.Process.Pid
+	z.mu.Unlock()
+	readErr := z.read(ours)
+	z.mu.Lock()
+	z.ready, z.sock, z.pid = false, nil, 0
+	// Programs it forked are orphans now; their runs end when the agent
+	// sees their pipes close and their group killed.
+	for pid, ch := range z.exits {
+		ch <- syscall.WaitStatus(syscall.SIGKILL)
+		delete(z.exits, pid)
+	}
+	z.mu.Unlock()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return readErr
+}
+
+// read handles the zygote's messages until its socket closes.
+func (z *zygote) read(sock *os.File) error {
+	buf := make([]byte, 4096)
+	for {
+		n, err := sock.Read(buf)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.EOF
+		}
+		var m zygoteMessage
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			return fmt.Errorf("malformed message: %w", err)
+		}
+		z.mu.Lock()
+		switch {
+		case m.Ready:
+			z.ready = true
+		case m.PID > 0:
+			ch := make(chan syscall.WaitStatus, 1)
+			z.exits[m.PID] = ch
+			select {
+			case z.forks <- zygoteFork{pid: m.PID, exit: ch}:
+			default:
+			}
+		case m.Exit > 0:
+			if ch, ok := z.exits[m.Exit]; ok {
+				ch <- syscall.WaitStatus(m.Status)
+				delete(z.exits, m.Exit)
+			}
+		}
+		z.mu.Unlock()
+	}
+}
+
+// isReady reports whether programs can be forked now.
+func (z *zygote) isReady() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.ready
+}
+
+// processID returns the zygote's pid, which a sweep must spare (0 if none).
+func (z *zygote) processID() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.pid
+}
+
+var errZygoteGone = errors.New("zygote is not running")
+
+// fork starts a program from the zygote with the given stdio.
+func (z *zygote) fork(path, dir string, env []string, stdio [3]*os.File) (zygoteFork, error) {
+	z.mu.Lock()
+	sock, ready := z.sock, z.ready
+	z.mu.Unlock()
+	if sock == nil || !ready {
+		return zygoteFork{}, errZygoteGone
+	}
+	envMap := make(map[string]string, len(env))
+	for _, kv := range env {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				envMap[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	req, err := json.Marshal(map[string]any{"path": path, "cwd": dir, "env": envMap})
+	if err != nil {
+		return zygoteFork{}, err
+	}
+	select {
+	case <-z.forks: // a stale answer to a start that timed out
+	default:
+	}
+	rights := syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
+	if err := syscall.Sendmsg(int(sock.Fd()), req, rights, nil, 0); err != nil {
+		return zygoteFork{}, fmt.Errorf("send to zygote: %w", err)
+	}
+	select {
+	case f := <-z.forks:
+		return f, nil
+	case <-time.After(zygoteStartTimeout):
+		return zygoteFork{}, errors.New("zygote did not fork")
+	}
+}
+
+func (z *zygote) stop() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.stopped = true
+	if z.pid > 0 {
+		_ = syscall.Kill(z.pid, syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startPythonAgent runs Serve with the Python zygote of runners/python on
+// this host, and waits until programs are forked from it.
+func startPythonAgent(t *testing.T) *Conn {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is needed to test the zygote")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	zygote := filepath.Join(filepath.Dir(file), "..", "..", "runners", "python", "zygote.py")
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := Config{
+		Launch:  []string{py},
+		Ext:     "py",
+		Dir:     t.TempDir(),
+		Scratch: t.TempDir(),
+		Env:     []string{"PATH=" + os.Getenv("PATH"), "PYTHONUNBUFFERED=1", "BASE=base"},
+		Zygote:  []string{py, zygote, "json"},
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
+	t.Cleanup(func() {
+		inW.Close()
+		<-done
+		cancel()
+	})
+	c := NewConn(outR, inW)
+	if _, err := c.Hello(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o := runOnce(t, c, Run{Code: "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read())"}, "")
+		if strings.Contains(o.stdout, "zygote.py") {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("programs are not forked from the zygote: parent %q", o.stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func runOnce(t *testing.T, c *Conn, run Run, stdin string) outcome {
+	t.Helper()
+	if err := c.Start(run); err != nil {
+		t.Fatal(err)
+	}
+	c.Stdin([]byte(stdin))
+	c.CloseStdin()
+	return collect(t, c)
+}
+
+// TestZygoteKeepsProgramSemantics: a forked program behaves as if started
+// with python3.
+func TestZygoteKeepsProgramSemantics(t *testing.T) {
+	c := startPythonAgent(t)
+	tests := []struct {
+		name, code, stdin string
+		wantOut, wantErr  string
+		notErr            string
+		wantCode          int
+	}{
+		{name: "main module", code: "import sys\nprint(__name__, sys.argv[0].endswith('main.py'), __file__ == sys.argv[0])", wantOut: "__main__ True True\n"},
+		{name: "working directory", code: "import os\nprint(os.path.isdir(os.getcwd()), os.getcwd().endswith('main.py'))", wantOut: "True False\n"},
+		{name: "exit code", code: "import sys\nsys.exit(3)", wantCode: 3},
+		{name: "exit message", code: "raise SystemExit('bye')", wantErr: "bye", wantCode: 1},
+		{name: "traceback without zygote frames", code: "def f():\n    raise ValueError('boom')\nf()",
+			wantErr: "line 2, in f", notErr: "zygote", wantCode: 1},
+		{name: "environment", code: "import os\nprint(os.environ['BASE'], os.environ['X'])", wantOut: "base x\n"},
+		{name: "stdin", code: "print(input().upper())", stdin: "hi\n", wantOut: "HI\n"},
+		{name: "atexit", code: "import atexit\natexit.register(lambda: print('bye'))\nprint('hi')", wantOut: "hi\nbye\n"},
+		{name: "threads finish", code: "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()", wantOut: "late\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := runOnce(t, c, Run{Code: tt.code, Env: map[string]string{"X": "x"}}, tt.stdin)
+			if o.failed != "" {
+				t.Fatal(o.failed)
+			}
+			if o.stdout != tt.wantOut || !strings.Contains(o.stderr, tt.wantErr) || o.exit.ExitCode != tt.wantCode {
+				t.Errorf("stdout %q stderr %q exit %d; want %q, %q, %d", o.stdout, o.stderr, o.exit.ExitCode, tt.wantOut, tt.wantErr, tt.wantCode)
+			}
+			if tt.notErr != "" && strings.Contains(o.stderr, tt.notErr) {
+				t.Errorf("stderr shows %q: %s", tt.notErr, o.stderr)
+			}
+		})
+	}
+	t.Run("fresh globals and seeds each run", func(t *testing.T) {
+		a := runOnce(t, c, Run{Code: "import random\nleak = 1\nprint(random.random())"}, "")
+		b := runOnce(t, c, Run{Code: "import random\nprint('leak' in globals())\nprint(random.random())"}, "")
+		lines := strings.Split(b.stdout, "\n")
+		if lines[0] != "False" || strings.TrimSpace(a.stdout) == lines[1] {
+			t.Errorf("second run saw %q after %q", b.stdout, a.stdout)
+		}
+	})
+	t.Run("kill", func(t *testing.T) {
+		if err := c.Start(Run{Code: "import time\nprint('up', flush=True)\ntime.sleep(60)"}); err != nil {
+			t.Fatal(err)
+		}
+		c.CloseStdin()
+		if m, err := c.Recv(); err != nil || !strings.HasPrefix(string(m.Data), "up") {
+			t.Fatalf("%+v %v", m, err)
+		}
+		c.Kill()
+		if o := collect(t, c); o.exit.Signal != 9 {
+			t.Errorf("exit %+v", o.exit)
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
+)
+
+func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
+	limits := m.opts.Limits
+	pids := limits.Pids
+	init := true
+	return client.ContainerCreateOptions{
+		Name: "runbox-" + req.ConversationID + "-" + req.Language + "-" + strings.ToLower(rand.Text()[:8]),
+		Config: &container.Config{
+			Image:           runner.Image,
+			User:            User,
+			WorkingDir:      "/data",
+			AttachStdin:     true,
+			AttachStdout:    true,
+			AttachStderr:    true,
+			OpenStdin:       true,
+			StdinOnce:       true,
+			NetworkDisabled: true,
+			Labels: map[string]string{
+				LabelManaged:      "true",
+				LabelExecutor:     m.opts.ExecutorID,
+				LabelRun:          req.RunID,
+				LabelConversation: req.ConversationID,
+			},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    "none",
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges:true"},
+			ReadonlyRootfs: true,
+			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize},
+			IpcMode:        "private",
+			Init:           &init,
+			Mounts: []mount.Mount{{
+				Type:   mount.TypeBind,
+				Source: req.DataDir,
+				Target: "/data",
+			}},
+			Resources: container.Resources{
+				Memory:     limits.Memory,
+				MemorySwap: limits.Memory,
+				NanoCPUs:   limits.NanoCPUs,
+				PidsLimit:  &pids,
+				Ulimits:    m.ulimits(),
+			},
+		},
+	}
+}
+
+func (m *Manager) ulimits() []*container.Ulimit {
+	u := []*container.Ulimit{
+		{Name: "nofile", Soft: 1024, Hard: 1024},
+		{Name: "core", Soft: 0, Hard: 0},
+	}
+	if fs := m.opts.Limits.FileSize; fs > 0 {
+		u = append(u, &container.Ulimit{Name: "fsize", Soft: fs, Hard: fs})
+	}
+	return u
+}
+
+// create makes, attaches to and starts a container, and waits for its
+// agent's hello. Any failure removes the container.
+func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request) (_ *sandbox, err error) {
+	id, err := dirID(req.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("inspect data folder: %w", err)
+	}
+	opts := m.containerConfig(runner, req)
+	// Not cancelled midway: the daemon would go on to create a container
+	// whose id we would never learn.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	created, err := m.docker.ContainerCreate(cctx, opts)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	m.track(created.ID)
+	if err := ctx.Err(); err != nil {
+		m.remove(created.ID)
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			m.remove(created.ID)
+		}
+	}()
+	// Attach before start, or early output is lost.
+	att, err := m.docker.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach container: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			att.Close()
+		}
+	}()
+	if _, err := m.docker.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+
+	// The attach stream multiplexes stdout (the protocol) and stderr (the
+	// agent's own complaints, logged).
+	pr, pw := io.Pipe()
+	agentErr := &logWriter{log: m.log.With("container", shortID(created.ID))}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
+		pw.CloseWithError(err)
+	}()
+	sb := &sandbox{
+		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
+		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr,
+	}
+
+	hello := make(chan error, 1)
+	go func() { _, err := sb.conn.Hello(); hello <- err }()
+	t := time.NewTimer(helloTimeout)
+	defer t.Stop()
+	select {
+	case err = <-hello:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = errors.New("agent did not answer")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	return sb, nil
+}
+
+func (m *Manager) track(id string) {
+	m.mu.Lock()
+	m.live[id] = struct{}{}
+	m.mu.Unlock()
+}
+
+// kill stops a container now. It is called from timers and cancellation,
+// so it uses its own context.
+func (m *Manager) kill(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+	defer cancel()
+	if _, err := m.docker.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil &&
+		!errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		m.log.Warn("kill sandbox", "container", shortID(id), "err", err)
+	}
+}
+
+// remove deletes a container whatever its state, on a context of its own:
+// cleanup must not depend on the request that is ending.
+func (m *Manager) remove(id string) {
+	m.forceRemove(id)
+	m.mu.Lock()
+	delete(m.live, id)
+	m.mu.Unlock()
+}
+
+func (m *Manager) forceRemove(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		_, err := m.docker.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || errdefs.IsNotFound(err) {
+			return
+		}
+		// "removal already in progress" and similar pass quickly.
+		if attempt == 4 || ctx.Err() != nil {
+			m.log.Error("remove sandbox", "container", shortID(id), "err", err)
+			return
+		}
+		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
+	}
+}

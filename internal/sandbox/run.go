@@ -1,0 +1,130 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+)
+
+// run sends req to the agent and relays its output until the program ends.
+func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, error) {
+	start := time.Now()
+	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env}); err != nil {
+		return Outcome{}, fmt.Errorf("send program: %w", err)
+	}
+	// Input must never reach the sandbox's next program: the gate closes
+	// when this run ends, whatever the reader is still waiting for.
+	gate := &stdinGate{open: true}
+	defer gate.close()
+	go sb.feedStdin(req.Stdin, gate)
+
+	// Killing the container is the one sure way to stop everything in it;
+	// the receive loop then ends on EOF.
+	var (
+		mu       sync.Mutex
+		timedOut bool
+		killed   bool
+	)
+	kill := func(timeout bool) {
+		mu.Lock()
+		if killed {
+			mu.Unlock()
+			return
+		}
+		killed, timedOut = true, timeout
+		mu.Unlock()
+		sb.m.kill(sb.id)
+	}
+	timer := time.AfterFunc(req.Timeout, func() { kill(true) })
+	defer timer.Stop()
+	stop := context.AfterFunc(ctx, func() { kill(false) })
+	defer stop()
+
+	var (
+		exit    *agent.Exit
+		recvErr error
+	)
+	for exit == nil && recvErr == nil {
+		msg, err := sb.conn.Recv()
+		switch {
+		case err != nil:
+			recvErr = err
+		case msg.Kind == agent.Stdout:
+			out(Stdout, msg.Data)
+		case msg.Kind == agent.Stderr:
+			out(Stderr, msg.Data)
+		case msg.Kind == agent.Exited:
+			exit = &msg.Exit
+		case msg.Kind == agent.Failed:
+			recvErr = fmt.Errorf("agent could not start the program: %s", msg.Err)
+		}
+	}
+	timer.Stop()
+	oc := Outcome{Duration: time.Since(start)}
+	mu.Lock()
+	oc.TimedOut, oc.Cancelled = timedOut, killed && !timedOut
+	mu.Unlock()
+	switch {
+	case oc.TimedOut || oc.Cancelled:
+		oc.ExitCode = -1
+		return oc, nil
+	case exit != nil:
+		oc.ExitCode, oc.OOMKilled = exit.ExitCode, exit.OOMKilled
+		return oc, nil
+	}
+	// The agent went away mid-run: the container died, most likely of the
+	// memory limit.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	info, err := sb.m.docker.ContainerInspect(ictx, sb.id, client.ContainerInspectOptions{})
+	if err == nil && info.Container.State != nil && !info.Container.State.Running {
+		oc.ExitCode = -1
+		oc.OOMKilled = info.Container.State.OOMKilled
+		if oc.OOMKilled {
+			return oc, nil
+		}
+	}
+	return oc, fmt.Errorf("sandbox ended unexpectedly: %w (agent: %s)", recvErr, sb.agentErr.String())
+}
+
+// stdinGate lets a run's input through only while the run lasts.
+type stdinGate struct {
+	mu   sync.Mutex
+	open bool
+}
+
+func (g *stdinGate) close() {
+	g.mu.Lock()
+	g.open = false
+	g.mu.Unlock()
+}
+
+// send calls f if the run still lasts, and reports whether it did.
+func (g *stdinGate) send(f func() error) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open && f() == nil
+}
+
+// feedStdin copies the program's input to the agent, then closes it.
+func (sb *sandbox) feedStdin(r io.Reader, gate *stdinGate) {
+	if r != nil {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 && !gate.send(func() error { return sb.conn.Stdin(buf[:n]) }) {
+				return
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	gate.send(sb.conn.CloseStdin)
+}
