@@ -186,7 +186,9 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		ExecutorID: cfg.ExecutorID,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
 			FileSize: cfg.QuotaBytes},
-		Logger: log.With("component", "sandbox"),
+		Logger:  log.With("component", "sandbox"),
+		IdleTTL: cfg.SessionTTL,
+		MaxWarm: cfg.MaxWarm,
 	})
 	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{

@@ -15,7 +15,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
-func newManager(t *testing.T, limits Limits) (*Manager, *client.Client) {
+func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
 	docker := testenv.Docker(t)
 	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: 8})
@@ -36,7 +36,7 @@ func newManager(t *testing.T, limits Limits) (*Manager, *client.Client) {
 	return m, docker
 }
 
-func assertNoContainers(t *testing.T, docker *client.Client, executor string) {
+func assertNoContainers(t testing.TB, docker *client.Client, executor string) {
 	t.Helper()
 	res, err := docker.ContainerList(context.Background(), client.ContainerListOptions{
 		All: true, Filters: client.Filters{}.Add("label", LabelExecutor+"="+executor),
