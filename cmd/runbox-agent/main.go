@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -25,7 +26,9 @@ func main() {
 	scratch := flag.String("scratch", "/tmp/runbox", "folder the program file is written to")
 	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
 	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
-	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py pandas)")
+	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
+	preload := flag.String("preload", "", "modules the zygote imports, comma-separated, once a program matches -preload-when")
+	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
 	flag.Parse()
 	if *ext == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
@@ -36,15 +39,25 @@ func main() {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
 		}
 	}
+	var when *regexp.Regexp
+	if *preloadWhen != "" {
+		var err error
+		if when, err = regexp.Compile(*preloadWhen); err != nil {
+			fmt.Fprintln(os.Stderr, "runbox-agent: -preload-when:", err)
+			os.Exit(2)
+		}
+	}
 	cfg := agent.Config{
-		Launch:   flag.Args(),
-		Ext:      *ext,
-		Dir:      *dir,
-		Scratch:  *scratch,
-		Sweep:    *sweep,
-		Env:      programEnv(os.Environ()),
-		OOMKills: agent.CgroupOOMKills,
-		Zygote:   strings.Fields(*zygote),
+		Launch:      flag.Args(),
+		Ext:         *ext,
+		Dir:         *dir,
+		Scratch:     *scratch,
+		Sweep:       *sweep,
+		Env:         programEnv(os.Environ()),
+		OOMKills:    agent.CgroupOOMKills,
+		Zygote:      strings.Fields(*zygote),
+		Preload:     *preload,
+		PreloadWhen: when,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

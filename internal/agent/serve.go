@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,7 +46,15 @@ type Config struct {
 	// Zygote, when set, is the command of a zygote that forks programs
 	// (see zygote.go); it is started with the agent.
 	Zygote []string
+	// Preload names modules the zygote imports once a program matches
+	// PreloadWhen, so that later programs find them imported.
+	Preload     string
+	PreloadWhen *regexp.Regexp
 }
+
+// zygoteWait bounds how long a run waits for the zygote (starting, or
+// preloading for it) before it starts the ordinary way.
+const zygoteWait = 15 * time.Second
 
 // drainTimeout bounds the wait for a program's output pipes to close after
 // it exited (a background process may hold them).
@@ -200,10 +210,19 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process
 		pid  int
 		wait func() syscall.WaitStatus
 	)
-	if st.zygote != nil && st.zygote.isReady() {
-		f, ferr := st.zygote.fork(path, cfg.Dir, env, [3]*os.File{stdinR, outW, errW})
-		if ferr == nil {
-			pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
+	if z := st.zygote; z != nil {
+		// A program that needs the heavy modules waits while the zygote
+		// imports them once, then forks with them, as every later one will.
+		if cfg.Preload != "" && cfg.PreloadWhen != nil && cfg.PreloadWhen.MatchString(run.Code) && z.waitReady(zygoteWait) {
+			if err := z.preload(cfg.Preload); err != nil {
+				log.Printf("preload: %v", err)
+			}
+		}
+		if z.waitReady(zygoteWait) {
+			f, ferr := z.fork(path, cfg.Dir, env, [3]*os.File{stdinR, outW, errW})
+			if ferr == nil {
+				pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
+			}
 		}
 	}
 	if wait == nil {

@@ -27,13 +27,15 @@ type zygote struct {
 	command []string
 	env     []string
 
-	mu      sync.Mutex
-	sock    *os.File // our end
-	pid     int
-	ready   bool
-	forks   chan zygoteFork // answers to the one pending start
-	exits   map[int]chan syscall.WaitStatus
-	stopped bool
+	mu        sync.Mutex
+	sock      *os.File // our end
+	pid       int
+	ready     bool
+	readyCh   chan struct{}   // closed when ready turns true
+	preloaded bool            // a preload was asked of this zygote
+	forks     chan zygoteFork // answers to the one pending start
+	exits     map[int]chan syscall.WaitStatus
+	stopped   bool
 }
 
 type zygoteFork struct {
@@ -49,7 +51,58 @@ type zygoteMessage struct {
 }
 
 func newZygote(command, env []string) *zygote {
-	return &zygote{command: command, env: env, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{}}
+	return &zygote{command: command, env: env, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
+		readyCh: make(chan struct{})}
+}
+
+// setReady records readiness; the caller holds z.mu.
+func (z *zygote) setReady(ready bool) {
+	if ready == z.ready {
+		return
+	}
+	z.ready = ready
+	if ready {
+		close(z.readyCh)
+	} else {
+		z.readyCh = make(chan struct{})
+	}
+}
+
+// waitReady waits up to d for a running zygote to be ready (it is
+// starting, or importing); one that is not running is not waited for.
+func (z *zygote) waitReady(d time.Duration) bool {
+	z.mu.Lock()
+	ready, ch, running := z.ready, z.readyCh, z.sock != nil
+	z.mu.Unlock()
+	if ready || !running {
+		return ready
+	}
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// preload asks the zygote, once, to import modules for the programs to
+// come. It is not ready again until it has.
+func (z *zygote) preload(modules string) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.preloaded || z.sock == nil || !z.ready {
+		return nil
+	}
+	req, err := json.Marshal(map[string]string{"preload": modules})
+	if err != nil {
+		return err
+	}
+	if _, err := z.sock.Write(req); err != nil {
+		return fmt.Errorf("send to zygote: %w", err)
+	}
+	z.preloaded = true
+	z.setReady(false)
+	return nil
 }
 
 // run keeps the zygote alive until stop, restarting it with a backoff when
@@ -96,7 +149,8 @@ func (z *zygote) runOnce() error {
 	z.mu.Unlock()
 	readErr := z.read(ours)
 	z.mu.Lock()
-	z.ready, z.sock, z.pid = false, nil, 0
+	z.setReady(false)
+	z.sock, z.pid, z.preloaded = nil, 0, false
 	// Programs it forked are orphans now; their runs end when the agent
 	// sees their pipes close and their group killed.
 	for pid, ch := range z.exits {
@@ -127,7 +181,7 @@ func (z *zygote) read(sock *os.File) error {
 		z.mu.Lock()
 		switch {
 		case m.Ready:
-			z.ready = true
+			z.setReady(true)
 		case m.PID > 0:
 			ch := make(chan syscall.WaitStatus, 1)
 			z.exits[m.PID] = ch

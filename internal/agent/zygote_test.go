@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -31,7 +32,9 @@ func startPythonAgent(t *testing.T) *Conn {
 		Dir:     t.TempDir(),
 		Scratch: t.TempDir(),
 		Env:     []string{"PATH=" + os.Getenv("PATH"), "PYTHONUNBUFFERED=1", "BASE=base"},
-		Zygote:  []string{py, zygote, "json"},
+		Zygote:      []string{py, zygote},
+		Preload:     "decimal,fractions",
+		PreloadWhen: regexp.MustCompile(`\bdecimal\b`),
 	}
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
@@ -108,6 +111,19 @@ func TestZygoteKeepsProgramSemantics(t *testing.T) {
 		lines := strings.Split(b.stdout, "\n")
 		if lines[0] != "False" || strings.TrimSpace(a.stdout) == lines[1] {
 			t.Errorf("second run saw %q after %q", b.stdout, a.stdout)
+		}
+	})
+	t.Run("preload on demand", func(t *testing.T) {
+		o := runOnce(t, c, Run{Code: "import sys\nprint('fractions' in sys.modules)"}, "")
+		if o.stdout != "False\n" {
+			t.Fatalf("before any program needed it, fractions was imported: %q", o.stdout)
+		}
+		// This program mentions decimal: the zygote imports the preload
+		// first, and it and every later program find it imported.
+		o = runOnce(t, c, Run{Code: "import sys\nprint('fractions' in sys.modules)  # decimal"}, "")
+		o2 := runOnce(t, c, Run{Code: "import sys\nprint('fractions' in sys.modules)"}, "")
+		if o.stdout != "True\n" || o2.stdout != "True\n" {
+			t.Errorf("after the preload: %q, %q", o.stdout, o2.stdout)
 		}
 	})
 	t.Run("kill", func(t *testing.T) {

@@ -232,8 +232,11 @@ func makeImage(img string, size int64, uid, gid int) error {
 	return nil
 }
 
+// mountImage mounts an image. noinit_itable: the kernel would otherwise
+// spend seconds of disk writes zeroing each new image's inode tables, which
+// a scratch filesystem does not need.
 func mountImage(img, dir string) error {
-	if err := run("mount", "-o", "loop,nosuid,nodev", img, dir); err != nil {
+	if err := run("mount", "-o", "loop,nosuid,nodev,noinit_itable", img, dir); err != nil {
 		return fmt.Errorf("mount disk image: %w", err)
 	}
 	return nil

@@ -1,13 +1,14 @@
 """Forks Python programs from a process that has already imported the
 data-analysis stack, so that a run does not pay ~1.2 s of imports.
 
-The runbox agent starts this with a SOCK_SEQPACKET socket as fd 3 and the
-modules to preload, comma-separated, as its argument. Each
-message from the agent is a JSON request {"path", "env"} carrying three file
-descriptors (the program's stdin, stdout and stderr). The zygote forks; the
-child becomes the program; the zygote answers {"pid"} and, when the child
-ends, {"exit": pid, "status": <wait status>}. Its first message is
-{"ready": true}, once the imports are done.
+The runbox agent starts this with a SOCK_SEQPACKET socket as fd 3. Each
+message from the agent is a JSON request {"path", "env", "cwd"} carrying three
+file descriptors (the program's stdin, stdout and stderr). The zygote forks;
+the child becomes the program; the zygote answers {"pid"} and, when the
+child ends, {"exit": pid, "status": <wait status>}. A request {"preload":
+"numpy,pandas"} imports those modules into the zygote, for every program
+forked after it. The zygote says {"ready": true} when it starts and after
+each preload.
 
 A forked program must behave as if started with `python3 path`: fresh
 globals in a new __main__ module, __name__ == "__main__", its own argv,
@@ -69,12 +70,12 @@ def child(req, fds):
         sys.path.insert(1, "/data")
     # The zygote's seeds would repeat in every program.
     random.seed()
-    try:
-        import numpy
-
-        numpy.random.seed()
-    except Exception:
-        pass
+    numpy = sys.modules.get("numpy")  # reseeded if imported, never imported here
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:
+            pass
     atexit._clear()
 
     code = 0
@@ -118,6 +119,8 @@ def exit_code(value):
 
 
 def main():
+    # What every child needs, imported once here rather than in each.
+    preload("atexit,builtins,random,threading,traceback,types")
     preload(sys.argv[1] if len(sys.argv) > 1 else "")
     import json
 
@@ -142,6 +145,12 @@ def main():
                 if not msg:
                     return
                 req = json.loads(msg)
+                if "preload" in req:
+                    for fd in fds:
+                        os.close(fd)
+                    preload(req["preload"])
+                    send({"ready": True})
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// LoadConfig is a load to push at a service.
+type LoadConfig struct {
+	Runs          int
+	Conversations int
+	Clients       int // each with its own MCP session
+	Language      string
+	Code          string
+	// Prefix names the conversations (Prefix-0 …).
+	Prefix string
+}
+
+// LoadResult is what a load measured.
+type LoadResult struct {
+	Runs       int
+	Errors     int
+	FirstError string
+	Elapsed    time.Duration
+	Latency    Stats
+}
+
+// Throughput is runs per second.
+func (r LoadResult) Throughput() float64 { return float64(r.Runs) / r.Elapsed.Seconds() }
+
+// Load runs cfg.Runs programs from cfg.Clients concurrent clients, client
+// i working in conversation i mod cfg.Conversations, each client waiting
+// for its run before starting the next.
+func Load(ctx context.Context, c Client, cfg LoadConfig) (LoadResult, error) {
+	sessions := make([]*mcp.ClientSession, cfg.Clients)
+	for i := range sessions {
+		cs, err := c.Session(ctx, nil)
+		if err != nil {
+			return LoadResult{}, fmt.Errorf("connect client %d: %w", i, err)
+		}
+		sessions[i] = cs
+		defer cs.Close()
+	}
+	var (
+		next       atomic.Int64
+		mu         sync.Mutex
+		latencies  []time.Duration
+		errors     int
+		firstError string
+		wg         sync.WaitGroup
+	)
+	start := time.Now()
+	for i, cs := range sessions {
+		args := map[string]any{"language": cfg.Language, "code": cfg.Code,
+			"conversationId": fmt.Sprintf("%s-%d", cfg.Prefix, i%max(cfg.Conversations, 1))}
+		wg.Go(func() {
+			for next.Add(1) <= int64(cfg.Runs) {
+				t := time.Now()
+				_, err := RunCode(ctx, cs, args, nil)
+				d := time.Since(t)
+				mu.Lock()
+				if err != nil {
+					errors++
+					if firstError == "" {
+						firstError = err.Error()
+					}
+				} else {
+					latencies = append(latencies, d)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return LoadResult{Runs: cfg.Runs, Errors: errors, FirstError: firstError, Elapsed: time.Since(start), Latency: Summarize(latencies)}, nil
+}
