@@ -27,11 +27,11 @@ func startPythonAgent(t *testing.T) *Conn {
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := Config{
-		Launch:  []string{py},
-		Ext:     "py",
-		Dir:     t.TempDir(),
-		Scratch: t.TempDir(),
-		Env:     []string{"PATH=" + os.Getenv("PATH"), "PYTHONUNBUFFERED=1", "BASE=base"},
+		Launch:      []string{py},
+		Ext:         "py",
+		Dir:         t.TempDir(),
+		Scratch:     t.TempDir(),
+		Env:         []string{"PATH=" + os.Getenv("PATH"), "PYTHONUNBUFFERED=1", "BASE=base"},
 		Zygote:      []string{py, zygote},
 		Preload:     "decimal,fractions",
 		PreloadWhen: regexp.MustCompile(`\bdecimal\b`),
