@@ -12,10 +12,17 @@ test: images
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 60m ./...
 
+## bench: start the service on a real redis-server and Docker, measure it
+## against plain-Docker baselines, print the table (also in var/bench.md)
+bench: images build
+	@mkdir -p var
+	$(GO) run ./cmd/bench -bin bin -out var/bench.md
+
 ## build: the api and executor binaries, in bin/
 build:
 	$(GO) build -o bin/api ./cmd/api
 	$(GO) build -o bin/executor ./cmd/executor
+	$(GO) build -o bin/loadgen ./cmd/loadgen
 
 ## images: the runner images that are missing or out of date
 images:

@@ -182,13 +182,18 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		docker.Close()
 		return nil, err
 	}
+	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
+	if err != nil {
+		docker.Close()
+		return nil, fmt.Errorf("config: SANDBOX_MAX_WARM: %w", err)
+	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
 			FileSize: cfg.QuotaBytes},
 		Logger:  log.With("component", "sandbox"),
 		IdleTTL: cfg.SessionTTL,
-		MaxWarm: cfg.MaxWarm,
+		MaxWarm: warm,
 	})
 	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{

@@ -7,6 +7,7 @@ package bench
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,6 +84,21 @@ func RunCode(ctx context.Context, cs *mcp.ClientSession, args map[string]any, pr
 		return r, fmt.Errorf("run failed: %s%s", r.Error, r.Stderr)
 	}
 	return r, nil
+}
+
+// Upload puts a file into a conversation.
+func Upload(ctx context.Context, cs *mcp.ClientSession, cid, name string, data []byte) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "upload_file", Arguments: map[string]any{
+		"conversationId": cid, "filename": name, "content_base64": base64.StdEncoding.EncodeToString(data), "overwrite": true,
+	}})
+	if err != nil {
+		return err
+	}
+	if res.IsError {
+		b, _ := json.Marshal(res.StructuredContent)
+		return fmt.Errorf("upload_file: %s", b)
+	}
+	return nil
 }
 
 // Event is the part of a run event the bench reads.

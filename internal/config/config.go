@@ -51,8 +51,8 @@ type Config struct {
 	MaxInlineImageBytes int64
 	Concurrency         int
 	// MaxWarm bounds the idle sandboxes an executor keeps for their
-	// conversations.
-	MaxWarm int
+	// conversations, per language: "32" or "python=16,bash=8".
+	MaxWarm string
 	// PollInterval is how often an idle executor asks Redis for work.
 	PollInterval  time.Duration
 	ShutdownGrace time.Duration
@@ -87,7 +87,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxInlineImages:          p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4),
 		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
-		MaxWarm:                  p.nonNegative("SANDBOX_MAX_WARM", 32),
+		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
 		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", 2*time.Millisecond),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),

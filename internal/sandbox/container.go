@@ -123,14 +123,17 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	// agent's own complaints, logged).
 	pr, pw := io.Pipe()
 	agentErr := &logWriter{log: m.log.With("container", shortID(created.ID))}
-	go func() {
-		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
-		pw.CloseWithError(err)
-	}()
 	sb := &sandbox{
 		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
-		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr,
+		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr, dataDir: req.DataDir,
 	}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
+		// The container stopped, or the engine went away (restarted):
+		// the sandbox is of no more use.
+		sb.dead.Store(true)
+		pw.CloseWithError(err)
+	}()
 
 	hello := make(chan error, 1)
 	go func() { _, err := sb.conn.Hello(); hello <- err }()

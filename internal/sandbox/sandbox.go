@@ -88,9 +88,10 @@ type Options struct {
 	// IdleTTL is how long a warm sandbox waits for its conversation's next
 	// run before it is removed.
 	IdleTTL time.Duration
-	// MaxWarm bounds the idle warm sandboxes kept; the least recently used
-	// go first. With 0, every run gets a fresh sandbox.
-	MaxWarm int
+	// MaxWarm bounds the idle warm sandboxes kept per language; the least
+	// recently used go first. A language bounded to 0 gets a fresh sandbox
+	// for every run.
+	MaxWarm WarmLimits
 }
 
 // DefaultIdleTTL is the IdleTTL of Options that set none.
@@ -222,9 +223,15 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 		}
 	}
 	oc, err := sb.run(ctx, req, out)
-	if err != nil || oc.TimedOut || oc.Cancelled {
+	switch {
+	case err != nil:
 		m.discard(sb)
-	} else {
+	case oc.TimedOut || oc.Cancelled:
+		m.discard(sb)
+		if oc.TimedOut {
+			m.refill(runner, req)
+		}
+	default:
 		m.park(sb)
 	}
 	return oc, err

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +20,7 @@ import (
 func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: 8})
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: WarmLimits{Default: 8}})
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -306,6 +308,42 @@ func TestWarmSandboxes(t *testing.T) {
 		}
 	})
 
+	t.Run("a sandbox whose container died is not used", func(t *testing.T) {
+		before := hostname(t, m, "conv-b", "bash", dirB)
+		if err := exec.Command("docker", "kill", before).Run(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if after := hostname(t, m, "conv-b", "bash", dirB); after == before || after == "" {
+			t.Errorf("ran in %q after %q died", after, before)
+		}
+	})
+
+	t.Run("a killed sandbox is replaced in the background", func(t *testing.T) {
+		before := hostname(t, m, "conv-b", "bash", dirB)
+		oc, err := m.Run(context.Background(), Request{RunID: "r", ConversationID: "conv-b", Language: "bash",
+			Code: "sleep 30", Timeout: time.Second, DataDir: dirB}, func(Stream, []byte) {})
+		if err != nil || !oc.TimedOut {
+			t.Fatalf("%+v %v", oc, err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			m.mu.Lock()
+			sb := m.warm[warmKey{"conv-b", "bash"}]
+			m.mu.Unlock()
+			if sb != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no sandbox was started in place of the killed one")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if after := hostname(t, m, "conv-b", "bash", dirB); after == before {
+			t.Error("the killed sandbox was used again")
+		}
+	})
+
 	t.Run("drop and prune", func(t *testing.T) {
 		if n := m.Drop("conv-a"); n != 2 {
 			t.Errorf("dropped %d, want 2", n)
@@ -364,5 +402,53 @@ func TestZygoteInSandbox(t *testing.T) {
 		Code: "import sys\nprint('pandas' in sys.modules)", Timeout: 30 * time.Second, DataDir: dir}, c.output)
 	if c.stdout.String() != "True\n" {
 		t.Errorf("after the hog: %q", c.stdout.String())
+	}
+}
+
+func TestParseWarmLimits(t *testing.T) {
+	tests := []struct {
+		in                 string
+		python, bash, rust int
+		bad                bool
+	}{
+		{in: "16", python: 16, bash: 16, rust: 16},
+		{in: "python=8,bash=2", python: 8, bash: 2},
+		{in: "4, python=12", python: 12, bash: 4, rust: 4},
+		{in: "0", python: 0},
+		{in: "python=-1", bad: true},
+		{in: "lots", bad: true},
+	}
+	for _, tt := range tests {
+		l, err := ParseWarmLimits(tt.in)
+		if (err != nil) != tt.bad {
+			t.Errorf("%q: error %v", tt.in, err)
+			continue
+		}
+		if !tt.bad && (l.For("python") != tt.python || l.For("bash") != tt.bash || l.For("rust") != tt.rust) {
+			t.Errorf("%q: python %d bash %d rust %d", tt.in, l.For("python"), l.For("bash"), l.For("rust"))
+		}
+	}
+}
+
+func TestWarmLimitPerLanguage(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	m.opts.MaxWarm = WarmLimits{PerLanguage: map[string]int{"bash": 2}}
+	var first string
+	for i := range 3 {
+		h := hostname(t, m, fmt.Sprintf("lim-%d", i), "bash", dataDir(t))
+		if i == 0 {
+			first = h
+		}
+	}
+	hostname(t, m, "lim-py", "python", dataDir(t))
+	time.Sleep(200 * time.Millisecond)
+	if n := m.Warm(); n != 2 {
+		t.Errorf("%d warm sandboxes, want the 2 bash ones (python gets none)", n)
+	}
+	m.mu.Lock()
+	_, kept := m.warm[warmKey{"lim-0", "bash"}]
+	m.mu.Unlock()
+	if kept {
+		t.Errorf("the least recently used sandbox %s was kept", first)
 	}
 }

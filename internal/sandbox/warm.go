@@ -1,12 +1,17 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/moby/moby/client"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 )
 
@@ -38,7 +43,9 @@ type sandbox struct {
 	attach   client.HijackedResponse
 	conn     *agent.Conn
 	agentErr *logWriter
+	dataDir  string
 	idleFrom time.Time
+	dead     atomic.Bool // its attach stream ended
 }
 
 // take returns the conversation's idle sandbox, if it still mounts the
@@ -52,7 +59,7 @@ func (m *Manager) take(key warmKey, dataDir string) *sandbox {
 	if sb == nil {
 		return nil
 	}
-	if id, err := dirID(dataDir); err != nil || id != sb.data {
+	if id, err := dirID(dataDir); err != nil || id != sb.data || sb.dead.Load() {
 		go m.discard(sb)
 		return nil
 	}
@@ -60,9 +67,14 @@ func (m *Manager) take(key warmKey, dataDir string) *sandbox {
 }
 
 // park keeps a sandbox for its conversation's next run, making room if
-// there are too many.
+// its language has too many.
 func (m *Manager) park(sb *sandbox) {
+	if sb.dead.Load() {
+		m.discard(sb)
+		return
+	}
 	sb.idleFrom = time.Now()
+	limit := m.opts.MaxWarm.For(sb.key.language)
 	m.mu.Lock()
 	prev := m.warm[sb.key]
 	m.warm[sb.key] = sb
@@ -70,12 +82,18 @@ func (m *Manager) park(sb *sandbox) {
 	if prev != nil && prev != sb {
 		evict = append(evict, prev)
 	}
-	for len(m.warm) > m.opts.MaxWarm {
-		oldest := sb
+	for {
+		n, oldest := 0, sb
 		for _, w := range m.warm {
-			if w.idleFrom.Before(oldest.idleFrom) {
-				oldest = w
+			if w.key.language == sb.key.language {
+				n++
+				if w.idleFrom.Before(oldest.idleFrom) {
+					oldest = w
+				}
 			}
+		}
+		if n <= limit {
+			break
 		}
 		delete(m.warm, oldest.key)
 		evict = append(evict, oldest)
@@ -84,6 +102,73 @@ func (m *Manager) park(sb *sandbox) {
 	for _, w := range evict {
 		go m.discard(w)
 	}
+}
+
+// refill starts a new sandbox for a conversation whose sandbox was killed,
+// in the background, so that its next run (a retry, most likely) does not
+// wait for a container to start.
+func (m *Manager) refill(runner runbox.Runner, req Request) {
+	if m.opts.MaxWarm.For(req.Language) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		defer cancel()
+		sb, err := m.create(ctx, runner, req)
+		if err != nil {
+			m.log.Debug("refill sandbox", "conversation", req.ConversationID, "err", err)
+			return
+		}
+		m.mu.Lock()
+		taken := m.warm[sb.key] != nil
+		m.mu.Unlock()
+		if taken {
+			m.discard(sb)
+			return
+		}
+		m.park(sb)
+	}()
+}
+
+// WarmLimits bound the idle warm sandboxes per language.
+type WarmLimits struct {
+	Default     int            // for languages not listed
+	PerLanguage map[string]int // by language
+}
+
+// For returns the bound of a language.
+func (l WarmLimits) For(lang string) int {
+	if n, ok := l.PerLanguage[lang]; ok {
+		return n
+	}
+	return l.Default
+}
+
+// ParseWarmLimits reads SANDBOX_MAX_WARM: "16" bounds every language;
+// "python=16,bash=4" bounds those two and keeps no warm sandbox of any
+// other; "8,python=16" gives python 16 and the others 8.
+func ParseWarmLimits(s string) (WarmLimits, error) {
+	l := WarmLimits{PerLanguage: map[string]int{}}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lang, num, per := strings.Cut(part, "=")
+		if !per {
+			num = lang
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n < 0 {
+			return l, fmt.Errorf("%q is not a count of sandboxes", part)
+		}
+		if per {
+			l.PerLanguage[strings.TrimSpace(lang)] = n
+		} else {
+			l.Default = n
+		}
+	}
+	return l, nil
 }
 
 // discard removes a sandbox for good.

@@ -1,0 +1,410 @@
+// Command bench starts runbox (redis-server, an executor and api, with the
+// binaries in -bin), measures it from the outside as issue #5 defines, each
+// figure beside a baseline measured in the same run with Docker alone, and
+// prints a table. `make bench` runs it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runbox-dev/runbox/examples/marketing/demo"
+	"github.com/runbox-dev/runbox/internal/bench"
+)
+
+const image = "runner-python"
+
+// analysis is the measured data-analysis snippet.
+const analysis = `import pandas as pd, matplotlib.pyplot as plt
+df = pd.read_csv('bench.csv')
+df.groupby('channel')['revenue'].sum().plot(kind='bar')
+plt.savefig('bench.png')
+print(len(df))
+`
+
+func main() {
+	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
+	out := flag.String("out", "", "also write the table (markdown) to this file")
+	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
+	flag.Parse()
+	log.SetFlags(0)
+	if err := run(*binDir, *out, *samples); err != nil {
+		log.Fatal("bench: ", err)
+	}
+}
+
+type row struct {
+	measure, result, baseline, ratio, target string
+	met                                      bool
+}
+
+func run(binDir, outFile string, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	svc, err := startService(binDir)
+	if err != nil {
+		return err
+	}
+	defer svc.stop()
+	client := bench.Client{URL: svc.url, Token: svc.token}
+	cs, err := client.Session(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	var rows []row
+
+	log.Printf("baseline: docker run --rm %s python3 -c 'print(1)'", image)
+	dockerRun, _, err := bench.DockerRun(ctx, image, max(n/5, 10), 1, "python3", "-c", "print(1)")
+	if err != nil {
+		return err
+	}
+	dr := bench.Summarize(dockerRun)
+
+	log.Print("run_code print(1) over /mcp, sequential, warm")
+	lat, queue, err := bench.Sequential(ctx, cs, "bench-seq", "python", "print(1)", 5, n)
+	if err != nil {
+		return err
+	}
+	l := bench.Summarize(lat)
+	rows = append(rows, row{
+		measure:  "`run_code` `print(1)` over `/mcp`, sequential, warm",
+		result:   pair(l),
+		baseline: "`docker run --rm` " + ms(dr.Median),
+		ratio:    ratio(l.Median, dr.Median),
+		target:   "≤ 60 ms; ≤ 0.15×",
+		met:      l.Median <= 60*time.Millisecond && float64(l.Median) <= 0.15*float64(dr.Median),
+	})
+
+	log.Print("analysis snippet: baseline docker exec, then over /mcp")
+	csv := benchCSV()
+	dir, err := os.MkdirTemp("", "runbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o777)
+	os.WriteFile(filepath.Join(dir, "bench.csv"), csv, 0o644)
+	os.WriteFile(filepath.Join(dir, "snippet.py"), []byte(analysis), 0o644)
+	ctr, err := bench.StartContainer(ctx, image, dir)
+	if err != nil {
+		return err
+	}
+	var execTimes, firstLines []time.Duration
+	for i := range 11 {
+		d, err := ctr.Exec(ctx, "python3", "snippet.py")
+		if err != nil {
+			ctr.Remove()
+			return err
+		}
+		if i > 0 { // the first builds matplotlib's font cache
+			execTimes = append(execTimes, d)
+		}
+	}
+	for range 10 {
+		d, err := ctr.FirstLine(ctx)
+		if err != nil {
+			ctr.Remove()
+			return err
+		}
+		firstLines = append(firstLines, d)
+	}
+	ctr.Remove()
+	ex := bench.Summarize(execTimes)
+	if err := bench.Upload(ctx, cs, "bench-analysis", "bench.csv", csv); err != nil {
+		return err
+	}
+	lat, _, err = bench.Sequential(ctx, cs, "bench-analysis", "python", analysis, 3, max(n/4, 10))
+	if err != nil {
+		return err
+	}
+	l = bench.Summarize(lat)
+	rows = append(rows, row{
+		measure:  fmt.Sprintf("analysis snippet (pandas + matplotlib, %d KB CSV, plot, PNG) over `/mcp`", len(csv)>>10),
+		result:   pair(l),
+		baseline: "`docker exec python3` " + ms(ex.Median),
+		ratio:    ratio(l.Median, ex.Median),
+		target:   "≤ 0.3×",
+		met:      float64(l.Median) <= 0.3*float64(ex.Median),
+	})
+
+	log.Print("throughput: 400 print(1) runs, 16 conversations, 16 clients")
+	_, drWall, err := bench.DockerRun(ctx, image, 20, 4, "python3", "-c", "print(1)")
+	if err != nil {
+		return err
+	}
+	baseRate := 20 / drWall.Seconds()
+	rss := svc.sampleRSS()
+	load, err := bench.Load(ctx, client, bench.LoadConfig{Runs: 400, Conversations: 16, Clients: 16, Language: "python",
+		Code: "print(1)", Prefix: "bench-load"})
+	peak := rss()
+	if err != nil {
+		return err
+	}
+	rows = append(rows, row{
+		measure:  "throughput: 400 `print(1)` runs, 16 conversations, 16 concurrent clients (cold starts included)",
+		result:   fmt.Sprintf("%.1f runs/s, %d errors (p50 %s, p90 %s)", load.Throughput(), load.Errors, ms(load.Latency.Median), ms(load.Latency.P90)),
+		baseline: fmt.Sprintf("`docker run --rm`, 4 at once: %.1f runs/s", baseRate),
+		ratio:    fmt.Sprintf("%.1f×", load.Throughput()/baseRate),
+		target:   "≥ 40 runs/s, 0 errors",
+		met:      load.Throughput() >= 40 && load.Errors == 0,
+	})
+
+	log.Print("enqueue → started")
+	apiStart, err := bench.APIStart(ctx, image, 10)
+	if err != nil {
+		return err
+	}
+	q, as := bench.Summarize(queue), bench.Summarize(apiStart)
+	rows = append(rows, row{
+		measure:  "enqueue → `started` (run events' timestamps)",
+		result:   pair(q),
+		baseline: "container create + start " + ms(as.Median),
+		ratio:    ratio(q.Median, as.Median),
+		target:   "≤ 5 ms p50",
+		met:      q.Median <= 5*time.Millisecond,
+	})
+
+	log.Print("first output line → client")
+	first, err := bench.FirstOutput(ctx, client, "bench-first", max(n/2, 10))
+	if err != nil {
+		return err
+	}
+	f, fl := bench.Summarize(first), bench.Summarize(firstLines)
+	rows = append(rows, row{
+		measure:  "first output line → client (progress notification)",
+		result:   pair(f),
+		baseline: "`docker exec` stream " + ms(fl.Median),
+		ratio:    ratio(f.Median, fl.Median),
+		target:   "≤ 50 ms",
+		met:      f.Median <= 50*time.Millisecond,
+	})
+	const limit = 64 << 20
+	rows = append(rows, row{
+		measure:  "resident memory during the throughput run",
+		result:   fmt.Sprintf("api %.1f MiB, executor %.1f MiB", float64(peak["api"])/(1<<20), float64(peak["executor"])/(1<<20)),
+		baseline: "limit 64 MiB",
+		ratio:    fmt.Sprintf("%.2f×", float64(max(peak["api"], peak["executor"]))/limit),
+		target:   "≤ 64 MiB each",
+		met:      peak["api"] <= limit && peak["executor"] <= limit,
+	})
+
+	table := render(rows)
+	fmt.Print(table)
+	if outFile != "" {
+		if err := os.WriteFile(outFile, []byte(table), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func render(rows []row) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "\nrunbox bench, %s, %s, %d CPUs\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU())
+	b.WriteString("| measure | result: median (p90) | baseline, same run | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		met := "yes"
+		if !r.met {
+			met = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.measure, r.result, r.baseline, r.ratio, r.target, met)
+	}
+	return b.String()
+}
+
+func pair(s bench.Stats) string { return fmt.Sprintf("%s (%s)", ms(s.Median), ms(s.P90)) }
+
+func ms(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+}
+
+func ratio(a, b time.Duration) string { return fmt.Sprintf("%.3f×", float64(a)/float64(b)) }
+
+// benchCSV is about 1 MB of campaign data.
+func benchCSV() []byte {
+	var b bytes.Buffer
+	for seed := uint64(1); b.Len() < 1<<20; seed++ {
+		var one bytes.Buffer
+		demo.GenerateCSV(&one, seed)
+		data := one.Bytes()
+		if b.Len() > 0 {
+			data = data[bytes.IndexByte(data, '\n')+1:] // one header
+		}
+		b.Write(data)
+	}
+	return b.Bytes()
+}
+
+// service is the runbox under test.
+type service struct {
+	url, token string
+	root       string
+	procs      map[string]*exec.Cmd
+	logs       map[string]*bytes.Buffer
+}
+
+func startService(binDir string) (*service, error) {
+	for _, b := range []string{"api", "executor"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return nil, fmt.Errorf("%s/%s is missing: run make build", binDir, b)
+		}
+	}
+	root, err := os.MkdirTemp("", "runbox-bench-root-")
+	if err != nil {
+		return nil, err
+	}
+	s := &service{token: "bench-" + rand.Text(), root: root, procs: map[string]*exec.Cmd{}, logs: map[string]*bytes.Buffer{}}
+	redisPort, apiPort := freePort(), freePort()
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	redis := exec.Command("redis-server", "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := s.start("redis", redis); err != nil {
+		return nil, fmt.Errorf("start redis-server (apt-get install redis-server): %w", err)
+	}
+	env := append(os.Environ(),
+		fmt.Sprintf("REDIS_URL=redis://127.0.0.1:%d/0", redisPort),
+		"MCP_HTTP_ADDR="+fmt.Sprintf("127.0.0.1:%d", apiPort),
+		"PUBLIC_BASE_URL="+s.url,
+		"MCP_API_TOKEN="+s.token,
+		"SANDBOX_ROOT="+root,
+		"EXECUTOR_ID=bench-"+strings.ToLower(rand.Text()[:8]),
+		"LOG_LEVEL=warn",
+	)
+	for _, name := range []string{"executor", "api"} {
+		cmd := exec.Command(filepath.Join(binDir, name))
+		cmd.Env = env
+		if err := s.start(name, cmd); err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("the service did not become ready:\n%s", s.logs["executor"].String()+s.logs["api"].String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *service) start(name string, cmd *exec.Cmd) error {
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.procs[name], s.logs[name] = cmd, &buf
+	return nil
+}
+
+func (s *service) stop() {
+	for _, name := range []string{"api", "executor", "redis"} {
+		if cmd := s.procs[name]; cmd != nil {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+			}
+		}
+	}
+	unmountUnder(s.root)
+	os.RemoveAll(s.root)
+}
+
+// sampleRSS samples the resident memory of api and executor until the
+// returned function is called, which returns the peaks.
+func (s *service) sampleRSS() func() map[string]int64 {
+	peak := map[string]int64{}
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for _, name := range []string{"api", "executor"} {
+				if v := rss(s.procs[name].Process.Pid); v > 0 {
+					mu.Lock()
+					peak[name] = max(peak[name], v)
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() map[string]int64 {
+		close(stop)
+		<-done
+		return peak
+	}
+}
+
+// rss reads a process's resident set size from /proc.
+func rss(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func unmountUnder(dir string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			_ = exec.Command("umount", f[4]).Run()
+		}
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
