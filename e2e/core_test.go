@@ -136,6 +136,19 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("conversations share nothing", func(t *testing.T) {
+		// A's program leaves a file in /tmp, a variable in its
+		// environment and a process behind; B sees none of them, nor A's
+		// files.
+		runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-a",
+			"code": "echo secret > /tmp/secret; echo a > a.txt; (setsid sleep 300 &); echo ok"})
+		r := runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-b",
+			"code": "ls /tmp/secret /data/a.txt 2>&1 | grep -c 'No such'; ps -eo comm | grep -c sleep; env | grep -c SECRET"})
+		if r.Stdout != "2\n0\n0\n" {
+			t.Errorf("conversation B saw traces of A: %q", r.Stdout)
+		}
+	})
+
 	t.Run("memory hog is oom_killed", func(t *testing.T) {
 		r := runCode(t, cs, map[string]any{"language": "python", "code": "x = bytearray(2 << 30)\nprint('allocated')"})
 		if !r.OOMKilled || r.Success {

@@ -3,7 +3,6 @@
 package testenv
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -105,21 +103,4 @@ func RepoRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
-}
-
-// Lines reads a file's lines; a missing file has none.
-func Lines(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	return lines
 }
