@@ -23,6 +23,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -87,7 +88,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	} else {
 		// Executors run their own watchdogs; this one ends lost runs even
 		// when none is left.
-		stop := runEvery(executor.WatchdogInterval, executor.NewWatchdog(st, sched, log).Check)
+		stop := periodic.Start(executor.WatchdogInterval, executor.NewWatchdog(st, sched, log).Check)
 		defer stop()
 		ready["executors"] = func(ctx context.Context) error {
 			infos, err := st.Executors(ctx)
@@ -111,7 +112,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxInlineImageBytes: cfg.MaxInlineImageBytes,
 	})
 	mcpServer := mcp.New(svc, convs, log)
-	stopJanitor := runEvery(conversations.JanitorInterval,
+	stopJanitor := periodic.Start(conversations.JanitorInterval,
 		conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep)
 	defer stopJanitor()
 
@@ -181,26 +182,6 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 	wg.Wait()
 	return nil
-}
-
-// runEvery calls f every d until the returned stop is called.
-func runEvery(d time.Duration, f func(context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f(ctx)
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // printBanner tells a new user where the service is and, when the token

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -154,18 +156,7 @@ func (e *Executor) Start(ctx context.Context) error {
 
 // every runs f every d until ctx ends.
 func (e *Executor) every(ctx context.Context, d time.Duration, f func(context.Context)) {
-	e.background.Go(func() {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f(ctx)
-			}
-		}
-	})
+	e.background.Go(func() { periodic.Run(ctx, d, f) })
 }
 
 func (e *Executor) heartbeat(ctx context.Context) error {
@@ -207,7 +198,11 @@ func (e *Executor) renew(ctx context.Context) {
 
 // listenForCancels stops runs whose cancellation a client asked for.
 func (e *Executor) listenForCancels(ctx context.Context) {
-	sub := e.store.SubscribeCancels(ctx)
+	listen(ctx, e.store.SubscribeCancels(ctx), func(id string) { e.cancel(id, errUserCancel) })
+}
+
+// listen hands each message of a subscription to f until ctx ends.
+func listen(ctx context.Context, sub *redis.PubSub, f func(payload string)) {
 	defer sub.Close()
 	ch := sub.Channel()
 	for {
@@ -218,7 +213,7 @@ func (e *Executor) listenForCancels(ctx context.Context) {
 			if !ok {
 				return
 			}
-			e.cancel(msg.Payload, errUserCancel)
+			f(msg.Payload)
 		}
 	}
 }
@@ -235,22 +230,11 @@ func (e *Executor) cancel(id string, cause error) {
 // listenForClosed drops the warm sandboxes of conversations a client
 // closed.
 func (e *Executor) listenForClosed(ctx context.Context) {
-	sub := e.store.SubscribeClosed(ctx)
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case msg, ok := <-ch:
-			if !ok {
-				return
-			}
-			if n := e.sandboxes.Drop(msg.Payload); n > 0 {
-				e.log.Info("removed the sandboxes of a closed conversation", "conversation", msg.Payload, "count", n)
-			}
+	listen(ctx, e.store.SubscribeClosed(ctx), func(cid string) {
+		if n := e.sandboxes.Drop(cid); n > 0 {
+			e.log.Info("removed the sandboxes of a closed conversation", "conversation", cid, "count", n)
 		}
-	}
+	})
 }
 
 // Shutdown stops taking runs, lets running ones finish for the grace
