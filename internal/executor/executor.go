@@ -461,23 +461,13 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	slack := max(64<<10, e.folders.Quota()/1000)
 	go func() {
 		defer close(done)
-		t := time.NewTicker(quotaCheckInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		periodic.Run(ctx, quotaCheckInterval, func(context.Context) {
 			used, free, err := e.folders.Usage(cid)
-			if err != nil {
-				continue
-			}
-			if used > start && (free <= slack || used > e.folders.Quota()) {
+			if err == nil && used > start && (free <= slack || used > e.folders.Quota()) {
 				cancel(errQuota)
-				return
+				stopCtx()
 			}
-		}
+		})
 	}()
 	return func() { stopCtx(); <-done }
 }
