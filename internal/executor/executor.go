@@ -349,7 +349,8 @@ type runState struct {
 }
 
 func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) runState {
-	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1}}
+	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
+		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}}
 	fail := func(err error, msg string) runState {
 		st.failure = err
 		st.status = runbox.StatusError
