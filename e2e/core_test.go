@@ -661,6 +661,18 @@ func TestEmbedded(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"docker":"ok"`) {
 		t.Errorf("readyz %d %s", code, body)
 	}
+	// The embedded executor reports through api's /metrics.
+	_, body = get(t, s.url+"/metrics")
+	for _, want := range []string{
+		`runbox_runs_finished_total{language="python",status="succeeded"} 1`,
+		`runbox_sandboxes_warm 1`,
+		`runbox_queue_pending 0`,
+		`runbox_http_requests_total{code="200",route="/mcp"}`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // TestConfigErrors: a bad setting stops the process at start with one

@@ -7,9 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runbox-dev/runbox/internal/app"
 	"github.com/runbox-dev/runbox/internal/config"
@@ -40,11 +46,23 @@ func run() error {
 		return err
 	}
 	defer rds.Close()
-	ex, err := app.StartExecutor(ctx, cfg, rds.URL, store.New(rds.Client), log)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ex, err := app.StartExecutor(ctx, cfg, rds.URL, store.New(rds.Client), registry, log)
 	if err != nil {
 		return err
 	}
 	defer ex.Close()
+	if cfg.MetricsAddr != "" {
+		srv := &http.Server{Addr: cfg.MetricsAddr, Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+			ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down", "grace", cfg.ShutdownGrace)

@@ -54,10 +54,11 @@ type Options struct {
 
 // Server handles the service's HTTP requests.
 type Server struct {
-	opts      Options
-	log       *slog.Logger
-	echo      *echo.Echo
-	dashboard *asynqmon.HTTPHandler
+	opts         Options
+	log          *slog.Logger
+	echo         *echo.Echo
+	dashboard    *asynqmon.HTTPHandler
+	queueMetrics *queueCollector
 	// closing ends long-lived streams when the server shuts down.
 	closing context.Context
 	close   context.CancelFunc
@@ -70,7 +71,9 @@ func New(opts Options) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(middleware.Recover(), s.logRequests)
+	e.Use(middleware.Recover(), s.logRequests, requestCounter(opts.Registry))
+	s.queueMetrics = newQueueCollector(opts.Queue)
+	opts.Registry.MustRegister(s.queueMetrics)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.ready)
@@ -117,6 +120,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.Serv
 // not wait for them, and closes the dashboard's connection.
 func (s *Server) Close() error {
 	s.close()
+	s.queueMetrics.inspector.Close()
 	return s.dashboard.Close()
 }
 

@@ -76,10 +76,12 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		return err
 	}
 
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	var ex *Executor
 	if rds.Embedded() {
-		ex, err = StartExecutor(ctx, cfg, rds.URL, st, log)
+		ex, err = StartExecutor(ctx, cfg, rds.URL, st, registry, log)
 		if err != nil {
 			return err
 		}
@@ -134,8 +136,6 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler := api.New(api.Options{
 		Tokens:   auth.NewTokens(tokens),
 		Runs:     svc,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/moby/moby/client"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox/internal/config"
@@ -167,7 +168,7 @@ func (e *Executor) Close() {
 
 // StartExecutor connects to Docker and starts an executor on the Redis at
 // redisURL.
-func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st *store.Store, log *slog.Logger) (*Executor, error) {
+func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st *store.Store, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
 	docker, err := OpenDocker(ctx)
 	if err != nil {
 		return nil, err
@@ -202,6 +203,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		MaxOutput:     cfg.MaxOutput,
 		ShutdownGrace: cfg.ShutdownGrace,
 		PollInterval:  cfg.PollInterval,
+		Metrics:       metrics,
 	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		qc.Close()

@@ -54,7 +54,10 @@ type Config struct {
 	// conversations, per language: "32" or "python=16,bash=8".
 	MaxWarm string
 	// PollInterval is how often an idle executor asks Redis for work.
-	PollInterval  time.Duration
+	PollInterval time.Duration
+	// MetricsAddr, when set, is where a standalone executor serves
+	// /metrics.
+	MetricsAddr   string
 	ShutdownGrace time.Duration
 	ExecutorID    string
 
@@ -89,6 +92,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
 		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
 		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", defaultPollInterval(getenv("REDIS_URL"))),
+		MetricsAddr:              p.str("EXECUTOR_METRICS_ADDR", ""),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

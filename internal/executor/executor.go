@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
@@ -52,6 +53,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// PollInterval is how often an idle worker asks Redis for a task.
 	PollInterval time.Duration
+	// Metrics, if set, receives the executor's metrics.
+	Metrics prometheus.Registerer
 }
 
 // Executor takes runs off the queue and runs them.
@@ -68,6 +71,8 @@ type Executor struct {
 	srv     *asynq.Server
 	runners []runbox.Runner
 	started time.Time
+
+	metrics *metrics
 
 	mu     sync.Mutex
 	active map[string]context.CancelCauseFunc // by run id
@@ -91,6 +96,7 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Sch
 	return &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
+		metrics: newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 	}
 }
 
@@ -337,6 +343,7 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
 	res := e.run(runCtx, p.RunID, spec, log)
 	stopWatch()
+	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
 	return e.finish(p.RunID, spec.ConversationID, res, log)
 }
 

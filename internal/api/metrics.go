@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runbox-dev/runbox/internal/queue"
+)
+
+// requestCounter counts requests by route and status.
+func requestCounter(reg prometheus.Registerer) echo.MiddlewareFunc {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "runbox_http_requests_total", Help: "HTTP requests, by route and status.",
+	}, []string{"route", "code"})
+	reg.MustRegister(requests)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			requests.WithLabelValues(c.Path(), strconv.Itoa(c.Response().Status)).Inc()
+			return nil
+		}
+	}
+}
+
+// queueCollector reports the run queue's depth, read from Redis at each
+// scrape.
+type queueCollector struct {
+	inspector *asynq.Inspector
+	pending   *prometheus.Desc
+	active    *prometheus.Desc
+}
+
+func newQueueCollector(opt asynq.RedisConnOpt) *queueCollector {
+	return &queueCollector{
+		inspector: asynq.NewInspector(opt),
+		pending:   prometheus.NewDesc("runbox_queue_pending", "Runs waiting in the queue for an executor.", nil, nil),
+		active:    prometheus.NewDesc("runbox_queue_active", "Runs an executor is working on.", nil, nil),
+	}
+}
+
+func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- q.pending
+	ch <- q.active
+}
+
+func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan *asynq.QueueInfo, 1)
+	go func() {
+		info, err := q.inspector.GetQueueInfo(queue.Name)
+		if err != nil {
+			info = nil
+		}
+		done <- info
+	}()
+	select {
+	case info := <-done:
+		if info != nil {
+			ch <- prometheus.MustNewConstMetric(q.pending, prometheus.GaugeValue, float64(info.Pending))
+			ch <- prometheus.MustNewConstMetric(q.active, prometheus.GaugeValue, float64(info.Active))
+		}
+	case <-ctx.Done():
+	}
+}
