@@ -123,16 +123,16 @@ func TestMCP(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
-		r := runCode(t, cs, map[string]any{"language": "python", "code": "while True:\n    pass", "timeout_seconds": 2,
-			"conversationId": "endless"})
+		r := runCode(t, cs, map[string]any{"language": "python", "timeout_seconds": 2, "conversationId": "endless",
+			"code": "print(open('/etc/hostname').read().strip(), flush=True)\nwhile True:\n    pass"})
 		if d := time.Since(start); d > 4*time.Second {
 			t.Errorf("timed-out run took %v", d)
 		}
 		if !r.TimedOut || r.Success || r.ExitCode != -1 {
 			t.Errorf("result %+v, want timed_out", r)
 		}
-		if n := s.conversationContainers("endless"); n != 0 {
-			t.Errorf("%d containers left after the timeout", n)
+		if host := strings.TrimSpace(r.Stdout); host == "" || s.containerExists(host) {
+			t.Errorf("the sandbox %q of the timed-out run is still there", host)
 		}
 	})
 
@@ -527,7 +527,8 @@ func TestExecutorCrash(t *testing.T) {
 	got := make(chan outcome, 1)
 	go func() {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
-			"language": "bash", "conversationId": "crash", "code": "echo started-once >> /data/marks; echo up; sleep 50"}})
+			"language": "bash", "conversationId": "crash",
+			"code": "echo started-once >> /data/marks; cat /etc/hostname > /data/host; echo up; sleep 50"}})
 		var r result
 		if err == nil {
 			b, _ := json.Marshal(res.StructuredContent)
@@ -538,14 +539,19 @@ func TestExecutorCrash(t *testing.T) {
 
 	// Once the program runs, find the executor whose sandbox runs it, and
 	// kill it.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(s.root + "/crash/files/marks"); err == nil {
-			break
+	var host []byte
+	waitFor(t, func() bool {
+		host, _ = os.ReadFile(s.root + "/crash/files/host")
+		return len(host) > 0
+	})
+	victimID := s.containerExecutor(string(host))
+	var victim *proc
+	for _, p := range s.procs {
+		if p.name == "executor "+victimID {
+			victim = p
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	victim := waitForRunningExecutor(t, s)
+	orphans := s.containerIDs(victimID)
 	killedAt := time.Now()
 	if err := victim.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -569,38 +575,21 @@ func TestExecutorCrash(t *testing.T) {
 	if marks, _ := os.ReadFile(s.root + "/crash/files/marks"); string(marks) != "started-once\n" {
 		t.Errorf("the program ran %d times", strings.Count(string(marks), "started-once"))
 	}
-	// The dead executor's container is an orphan; a restart with its id
-	// reaps it.
-	id := strings.TrimPrefix(victim.name, "executor ")
-	p := s.spawn("executor "+id+" (restarted)", bin.executor, "EXECUTOR_ID="+id)
-	deadline = time.Now().Add(30 * time.Second)
-	for s.containers(id) != 0 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	// The dead executor's containers (the run's, its pool) are orphans; a
+	// restart with its id reaps them.
+	if !orphans[strings.TrimSpace(string(host))] {
+		t.Fatalf("the run's container %s is not among the victim's %v", host, orphans)
 	}
-	if n := s.containers(id); n != 0 {
-		t.Errorf("restarted executor left %d orphans", n)
+	p := s.spawn("executor "+victimID+" (restarted)", bin.executor, "EXECUTOR_ID="+victimID)
+	waitFor(t, func() bool { return strings.Contains(p.out.String(), "executor started") })
+	for id := range orphans {
+		if s.containerExists(id) {
+			t.Errorf("orphan %s survived the restart", id)
+		}
 	}
 	if !strings.Contains(p.out.String(), "removed orphaned sandboxes") {
 		t.Error("the restarted executor did not report reaping")
 	}
-}
-
-// waitForRunningExecutor returns the executor process that has a sandbox
-// running.
-func waitForRunningExecutor(t *testing.T, s *service) *proc {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, p := range s.procs {
-			id, ok := strings.CutPrefix(p.name, "executor ")
-			if ok && s.containers(id) > 0 && strings.Contains(p.out.String(), "crash") {
-				return p
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("no executor started the run")
-	return nil
 }
 
 // TestExecutorShutdown sends SIGTERM to an executor with a running program
@@ -725,4 +714,30 @@ func TestExecutorShutdownLetsRunsFinish(t *testing.T) {
 	if run.Status != "succeeded" || run.Result.Stdout != "up\nfinished\n" {
 		t.Errorf("run %+v %+v", run, run.Result)
 	}
+}
+
+// TestPoolForNewConversations: a new conversation's first run goes to a
+// sandbox started before it was asked for, and the pool fills up again.
+func TestPoolForNewConversations(t *testing.T) {
+	s := start(t, options{env: []string{"SANDBOX_POOL=0,python=2"}})
+	cs := s.session(nil)
+	ex := s.executors[0]
+	waitFor(t, func() bool { return len(s.containerIDs(ex)) == 2 })
+	pooled := s.containerIDs(ex)
+	r := runCode(t, cs, map[string]any{"language": "python", "code": "print(open('/etc/hostname').read().strip())\nopen('mine.txt', 'w').write('x')"})
+	host := strings.TrimSpace(r.Stdout)
+	if !pooled[host] {
+		t.Errorf("the first run went to %s, not to a pre-started sandbox of %v", host, pooled)
+	}
+	if len(r.Files) != 1 || r.Files[0].Name != "mine.txt" {
+		t.Errorf("files %+v: the adopted sandbox must write to the conversation's folder", r.Files)
+	}
+	// The next run of the conversation uses the same sandbox; the pool is
+	// refilled beside it.
+	r2 := runCode(t, cs, map[string]any{"language": "python", "conversationId": r.ConversationID,
+		"code": "print(open('/etc/hostname').read().strip())"})
+	if strings.TrimSpace(r2.Stdout) != host {
+		t.Errorf("the second run went to %s", r2.Stdout)
+	}
+	waitFor(t, func() bool { return len(s.containerIDs(ex)) == 3 })
 }

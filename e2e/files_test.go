@@ -290,9 +290,13 @@ func TestCloseSessionEndsRuns(t *testing.T) {
 	s := start(t, options{})
 	cs := s.session(nil)
 	cid := "closing"
-	a := startRun(t, cs, map[string]any{"language": "bash", "conversationId": cid, "code": "echo x > f.txt; sleep 60"})
+	a := startRun(t, cs, map[string]any{"language": "bash", "conversationId": cid, "code": "cat /etc/hostname > f.txt; sleep 60"})
 	b := startRun(t, cs, map[string]any{"language": "bash", "conversationId": cid, "code": "touch never"})
-	waitFor(t, func() bool { _, err := os.Stat(s.root + "/" + cid + "/files/f.txt"); return err == nil })
+	var host []byte
+	waitFor(t, func() bool {
+		host, _ = os.ReadFile(s.root + "/" + cid + "/files/f.txt")
+		return len(host) > 0
+	})
 	if res := call(t, cs, "close_session", map[string]any{"conversationId": cid}, nil); res.IsError {
 		t.Fatal(text(res))
 	}
@@ -303,11 +307,7 @@ func TestCloseSessionEndsRuns(t *testing.T) {
 			t.Errorf("run %s is %s after close_session", id, p.Status)
 		}
 	}
-	for _, id := range s.executors {
-		if n := s.containers(id); n != 0 {
-			t.Errorf("%d containers left", n)
-		}
-	}
+	waitFor(t, func() bool { return !s.containerExists(string(host)) })
 	if _, err := os.Stat(s.root + "/" + cid); !os.IsNotExist(err) {
 		t.Errorf("files left: %v", err)
 	}

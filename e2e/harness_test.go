@@ -203,15 +203,35 @@ func (s *service) containers(executor string) int {
 	return len(res.Items)
 }
 
-// conversationContainers counts the containers of a conversation.
-func (s *service) conversationContainers(cid string) int {
+// containerIDs returns the ids (12 hex digits, as a container's hostname)
+// of an executor's containers.
+func (s *service) containerIDs(executor string) map[string]bool {
 	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelConversation+"="+cid),
+		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+executor),
 	})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return len(res.Items)
+	ids := map[string]bool{}
+	for _, c := range res.Items {
+		ids[c.ID[:12]] = true
+	}
+	return ids
+}
+
+// containerExists reports whether a container (by id or hostname) exists.
+func (s *service) containerExists(id string) bool {
+	_, err := s.docker.ContainerInspect(context.Background(), strings.TrimSpace(id), client.ContainerInspectOptions{})
+	return err == nil
+}
+
+// containerExecutor returns the executor a container belongs to.
+func (s *service) containerExecutor(id string) string {
+	info, err := s.docker.ContainerInspect(context.Background(), strings.TrimSpace(id), client.ContainerInspectOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return info.Container.Config.Labels[sandbox.LabelExecutor]
 }
 
 func (s *service) waitReady() {

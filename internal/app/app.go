@@ -188,6 +188,11 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		docker.Close()
 		return nil, fmt.Errorf("config: SANDBOX_MAX_WARM: %w", err)
 	}
+	pool, err := sandbox.ParseWarmLimits(cfg.Pool)
+	if err != nil {
+		docker.Close()
+		return nil, fmt.Errorf("config: SANDBOX_POOL: %w", err)
+	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
@@ -204,6 +209,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		ShutdownGrace: cfg.ShutdownGrace,
 		PollInterval:  cfg.PollInterval,
 		Metrics:       metrics,
+		Pool:          pool,
 	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		qc.Close()

@@ -57,7 +57,10 @@ type Config struct {
 	PollInterval time.Duration
 	// MetricsAddr, when set, is where a standalone executor serves
 	// /metrics.
-	MetricsAddr   string
+	MetricsAddr string
+	// Pool is how many sandboxes per language an executor keeps started
+	// for new conversations: "1,python=2".
+	Pool          string
 	ShutdownGrace time.Duration
 	ExecutorID    string
 
@@ -93,6 +96,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
 		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", defaultPollInterval(getenv("REDIS_URL"))),
 		MetricsAddr:              p.str("EXECUTOR_METRICS_ADDR", ""),
+		Pool:                     p.str("SANDBOX_POOL", "1,python=2"),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),

@@ -6,6 +6,7 @@ package executor
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,9 @@ type Config struct {
 	PollInterval time.Duration
 	// Metrics, if set, receives the executor's metrics.
 	Metrics prometheus.Registerer
+	// Pool is how many sandboxes of each language wait, started, for new
+	// conversations.
+	Pool sandbox.WarmLimits
 }
 
 // Executor takes runs off the queue and runs them.
@@ -72,7 +76,8 @@ type Executor struct {
 	runners []runbox.Runner
 	started time.Time
 
-	metrics *metrics
+	metrics  *metrics
+	poolWake chan struct{} // the pool lost a sandbox
 
 	mu     sync.Mutex
 	active map[string]context.CancelCauseFunc // by run id
@@ -96,7 +101,8 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Sch
 	return &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
-		metrics: newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
+		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
+		poolWake: make(chan struct{}, 1),
 	}
 }
 
@@ -116,6 +122,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("reap orphaned sandboxes: %w", err)
 	} else if n > 0 {
 		e.log.Info("removed orphaned sandboxes", "count", n)
+	}
+	if err := e.folders.RemoveSlots(e.slotPrefix()); err != nil {
+		e.log.Warn("remove the slots of an earlier process", "err", err)
 	}
 	e.started = time.Now()
 	if err := e.heartbeat(ctx); err != nil {
@@ -154,6 +163,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	})
 	wd := NewWatchdog(e.store, e.sched, e.log)
 	e.every(bg, WatchdogInterval, wd.Check)
+	e.background.Go(func() { e.fillPool(bg) })
 	e.background.Go(func() { e.listenForCancels(bg) })
 	e.background.Go(func() { e.listenForClosed(bg) })
 	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
@@ -200,6 +210,47 @@ func (e *Executor) renew(ctx context.Context) {
 	for _, id := range cancelled {
 		e.cancel(id, errUserCancel)
 	}
+}
+
+// slotPrefix names this executor's slots; '~' is in no executor id.
+func (e *Executor) slotPrefix() string { return e.cfg.ID + "~" }
+
+// fillPool keeps Pool sandboxes of each language started, waiting for new
+// conversations: at start, after each adoption, and every few seconds (a
+// failed start is tried again).
+func (e *Executor) fillPool(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		for _, r := range e.runners {
+			for e.sandboxes.Pooled(r.Language) < e.cfg.Pool.For(r.Language) && ctx.Err() == nil {
+				if err := e.prestart(ctx, r.Language); err != nil {
+					e.log.Warn("start a sandbox for the pool", "language", r.Language, "err", err)
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.poolWake:
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Executor) prestart(ctx context.Context, language string) error {
+	slot, err := e.folders.NewSlot(e.slotPrefix() + strings.ToLower(rand.Text()[:10]))
+	if err != nil {
+		return err
+	}
+	if err := e.sandboxes.Prestart(ctx, language, slot); err != nil {
+		if rerr := e.folders.RemoveSlot(slot); rerr != nil {
+			e.log.Warn("remove slot", "err", rerr)
+		}
+		return err
+	}
+	return nil
 }
 
 // listenForCancels stops runs whose cancellation a client asked for.
@@ -287,6 +338,9 @@ wait:
 	if err := e.sandboxes.Shutdown(cctx); err != nil {
 		e.log.Warn("remove sandboxes", "err", err)
 	}
+	if err := e.folders.RemoveSlots(e.slotPrefix()); err != nil {
+		e.log.Warn("remove slots", "err", err)
+	}
 	e.log.Info("executor stopped")
 }
 
@@ -366,6 +420,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		return st
 	}
 
+	// A new conversation takes a sandbox that is started already.
+	if !e.folders.Exists(spec.ConversationID) && e.sandboxes.Adopt(spec.ConversationID, spec.Language,
+		func(slot string) (string, error) { return e.folders.Adopt(slot, spec.ConversationID) }) {
+		select {
+		case e.poolWake <- struct{}{}:
+		default:
+		}
+	}
 	dir, err := e.folders.Ensure(spec.ConversationID)
 	if err != nil {
 		return fail(err, "could not prepare the conversation's files")

@@ -1,9 +1,11 @@
 package files
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -345,4 +347,66 @@ func FuzzValidFileName(f *testing.F) {
 			t.Fatalf("ValidFileName accepted %q", name)
 		}
 	})
+}
+
+func TestSlots(t *testing.T) {
+	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
+		t.Run(string(mode), func(t *testing.T) {
+			root := t.TempDir()
+			t.Cleanup(func() { unmountAll(root) })
+			f, err := NewFolders(root, Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 4 << 20, Mode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot, err := f.NewSlot("ex1-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A sandbox holds the slot open, as a bind mount would.
+			held, err := os.Open(slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			dir, err := f.Adopt(slot, "newconv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dir != f.Path("newconv") {
+				t.Errorf("adopted folder %s", dir)
+			}
+			// What is written through the held folder is the conversation's.
+			os.WriteFile(filepath.Join(dir, "x.txt"), []byte("x"), 0o644)
+			if names, _ := held.Readdirnames(-1); len(names) == 0 || !slices.Contains(names, "x.txt") {
+				t.Errorf("the held slot does not see the conversation's file: %v", names)
+			}
+			if _, err := f.Ensure("newconv"); err != nil {
+				t.Fatal(err)
+			}
+			if f.HardQuota() {
+				if mounted, _ := isMountPoint(dir); !mounted {
+					t.Error("the adopted folder is not its disk image")
+				}
+			}
+			// A conversation that has a folder is never replaced.
+			slot2, _ := f.NewSlot("ex1-b")
+			if _, err := f.Adopt(slot2, "newconv"); !errors.Is(err, ErrConversationExists) {
+				t.Errorf("adopting onto an existing conversation: %v", err)
+			}
+			f.NewSlot("ex2-c")
+			if err := f.RemoveSlots("ex1-"); err != nil {
+				t.Fatal(err)
+			}
+			left, _ := os.ReadDir(filepath.Join(root, slotsDir))
+			if len(left) != 1 || left[0].Name() != "ex2-c" {
+				t.Errorf("slots left: %v", left)
+			}
+			if err := f.RemoveSlots(""); err != nil {
+				t.Fatal(err)
+			}
+			if convs, _ := f.Conversations(); len(convs) != 1 || convs[0].ID != "newconv" {
+				t.Errorf("conversations %v", convs)
+			}
+		})
+	}
 }

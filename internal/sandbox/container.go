@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -24,7 +25,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 	pids := limits.Pids
 	init := true
 	return client.ContainerCreateOptions{
-		Name: "runbox-" + req.ConversationID + "-" + req.Language + "-" + strings.ToLower(rand.Text()[:8]),
+		Name: "runbox-" + cmp.Or(req.ConversationID, "pool") + "-" + req.Language + "-" + strings.ToLower(rand.Text()[:8]),
 		Config: &container.Config{
 			Image:           runner.Image,
 			User:            User,

@@ -107,6 +107,7 @@ type Manager struct {
 	runners map[string]runbox.Runner // by language
 	live    map[string]struct{}      // containers started and not yet removed
 	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
+	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
 }
 
 // NewManager returns a Manager using docker.
@@ -119,6 +120,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 	return &Manager{
 		docker: docker, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
+		pool: map[string][]*sandbox{},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -450,5 +451,46 @@ func TestWarmLimitPerLanguage(t *testing.T) {
 	m.mu.Unlock()
 	if kept {
 		t.Errorf("the least recently used sandbox %s was kept", first)
+	}
+}
+
+// TestPool: a pre-started sandbox becomes a new conversation's when its
+// slot folder is renamed to the conversation's.
+func TestPool(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	base := t.TempDir()
+	slot := filepath.Join(base, "slot")
+	os.Mkdir(slot, 0o777)
+	os.Chmod(slot, 0o777)
+	if err := m.Prestart(context.Background(), "bash", slot); err != nil {
+		t.Fatal(err)
+	}
+	if m.Pooled("bash") != 1 || m.Pooled("python") != 0 {
+		t.Fatalf("pooled %d bash, %d python", m.Pooled("bash"), m.Pooled("python"))
+	}
+	pooled := m.pool["bash"][0].id[:12]
+	conv := filepath.Join(base, "conv")
+	adopted := m.Adopt("conv-x", "bash", func(s string) (string, error) {
+		if s != slot {
+			t.Errorf("slot %s, want %s", s, slot)
+		}
+		return conv, os.Rename(s, conv)
+	})
+	if !adopted || m.Pooled("bash") != 0 {
+		t.Fatalf("adopted %v, %d left", adopted, m.Pooled("bash"))
+	}
+	var c capture
+	if _, err := m.Run(context.Background(), Request{RunID: "p", ConversationID: "conv-x", Language: "bash",
+		Code: "echo hi > hi.txt; cat /etc/hostname", Timeout: 30 * time.Second, DataDir: conv}, c.output); err != nil {
+		t.Fatal(err)
+	}
+	if host := strings.TrimSpace(c.stdout.String()); host != pooled {
+		t.Errorf("ran in %s, not in the pre-started %s", host, pooled)
+	}
+	if b, _ := os.ReadFile(filepath.Join(conv, "hi.txt")); string(b) != "hi\n" {
+		t.Errorf("the program wrote %q into the conversation's folder", b)
+	}
+	if m.Adopt("conv-y", "bash", func(string) (string, error) { return "", nil }) {
+		t.Error("adopted from an empty pool")
 	}
 }

@@ -187,9 +187,77 @@ func (m *Manager) Drop(conversation string) int {
 	return m.drop(func(sb *sandbox) bool { return sb.key.conversation == conversation })
 }
 
-// Close removes every warm sandbox.
+// Close removes every warm and every pre-started sandbox.
 func (m *Manager) Close() int {
-	return m.drop(func(*sandbox) bool { return true })
+	m.mu.Lock()
+	var pooled []*sandbox
+	for lang, p := range m.pool {
+		pooled = append(pooled, p...)
+		delete(m.pool, lang)
+	}
+	m.mu.Unlock()
+	for _, sb := range pooled {
+		m.discard(sb)
+	}
+	return m.drop(func(*sandbox) bool { return true }) + len(pooled)
+}
+
+// Prestart starts a sandbox for a conversation not known yet, mounting
+// dataDir (a slot), and keeps it in its language's pool until Adopt gives
+// it to a new conversation.
+func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error {
+	m.mu.Lock()
+	runner, ok := m.runners[language]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownLanguage, language)
+	}
+	sb, err := m.create(ctx, runner, Request{RunID: "pool", Language: language, DataDir: dataDir})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.pool[language] = append(m.pool[language], sb)
+	m.mu.Unlock()
+	return nil
+}
+
+// Pooled returns how many pre-started sandboxes of a language wait.
+func (m *Manager) Pooled(language string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pool[language])
+}
+
+// Adopt gives a new conversation a pre-started sandbox of its language.
+// adopt turns the sandbox's slot into the conversation's folder and
+// returns that folder. Adopt reports whether the conversation got one.
+func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (string, error)) bool {
+	for {
+		m.mu.Lock()
+		p := m.pool[language]
+		if len(p) == 0 {
+			m.mu.Unlock()
+			return false
+		}
+		sb := p[len(p)-1]
+		m.pool[language] = p[:len(p)-1]
+		m.mu.Unlock()
+		if sb.dead.Load() {
+			m.discard(sb)
+			continue
+		}
+		dir, err := adopt(sb.dataDir)
+		if err != nil {
+			m.mu.Lock()
+			m.pool[language] = append(m.pool[language], sb)
+			m.mu.Unlock()
+			return false
+		}
+		sb.key, sb.dataDir = warmKey{conversation: conversation, language: language}, dir
+		m.park(sb)
+		return true
+	}
 }
 
 func (m *Manager) drop(match func(*sandbox) bool) int {

@@ -1,0 +1,114 @@
+package files
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// A slot is a folder, bounded like a conversation's, made for a sandbox
+// started before its conversation is known. When a new conversation's
+// first run comes, the slot is renamed to the conversation's folder: a bind
+// mount follows the directory, not its path, so the sandbox that mounts the
+// slot mounts the conversation's folder from then on.
+
+// slotsDir holds the slots; its name is no valid conversation id.
+const slotsDir = ".pool"
+
+func (f *Folders) slotDir(name string) string { return filepath.Join(f.root, slotsDir, name) }
+
+// NewSlot makes a slot and returns the host path of its files folder.
+// name must be a single path element.
+func (f *Folders) NewSlot(name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return "", fmt.Errorf("invalid slot name %q", name)
+	}
+	dir := f.slotDir(name)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("create slot: %w", err)
+	}
+	files := filepath.Join(dir, "files")
+	if err := f.space.prepare(dir, files); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return files, nil
+}
+
+// ErrConversationExists reports a slot that cannot be adopted because the
+// conversation has a folder already.
+var ErrConversationExists = errors.New("the conversation has a folder")
+
+// Adopt makes the slot whose files folder is slotFiles the folder of
+// conversation cid, and returns the conversation's files folder. It fails
+// with ErrConversationExists if cid has a folder (made meanwhile by an
+// upload, say): the rename never replaces anything.
+func (f *Folders) Adopt(slotFiles, cid string) (string, error) {
+	if !runbox.ValidConversationID(cid) {
+		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	slot := filepath.Dir(slotFiles)
+	if filepath.Dir(slot) != filepath.Join(f.root, slotsDir) {
+		return "", fmt.Errorf("%s is not a slot", slotFiles)
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, slot, unix.AT_FDCWD, f.convDir(cid), unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+		return "", ErrConversationExists
+	}
+	if err != nil {
+		return "", fmt.Errorf("adopt slot: %w", err)
+	}
+	return f.Path(cid), nil
+}
+
+// Exists reports whether a conversation has a folder.
+func (f *Folders) Exists(cid string) bool {
+	_, err := os.Lstat(f.convDir(cid))
+	return err == nil
+}
+
+// RemoveSlots removes the slots whose names start with prefix (those of
+// one executor, after it stopped or crashed).
+func (f *Folders) RemoveSlots(prefix string) error {
+	entries, err := os.ReadDir(filepath.Join(f.root, slotsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list slots: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		dir := f.slotDir(e.Name())
+		if err := f.space.release(filepath.Join(dir, "files")); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveSlot removes one slot by its files folder.
+func (f *Folders) RemoveSlot(slotFiles string) error {
+	slot := filepath.Dir(slotFiles)
+	if filepath.Dir(slot) != filepath.Join(f.root, slotsDir) {
+		return fmt.Errorf("%s is not a slot", slotFiles)
+	}
+	if err := f.space.release(slotFiles); err != nil {
+		return err
+	}
+	return os.RemoveAll(slot)
+}
