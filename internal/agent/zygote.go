@@ -199,13 +199,6 @@ func (z *zygote) read(sock *os.File) error {
 	}
 }
 
-// isReady reports whether programs can be forked now.
-func (z *zygote) isReady() bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.ready
-}
-
 // processID returns the zygote's pid, which a sweep must spare (0 if none).
 func (z *zygote) processID() int {
 	z.mu.Lock()
