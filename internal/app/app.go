@@ -19,6 +19,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -52,7 +53,7 @@ type Redis struct {
 	URL      string
 	Client   *redis.Client
 	embedded *miniredis.Miniredis
-	stopTick context.CancelFunc
+	stopTick func()
 }
 
 // Embedded reports whether this Redis lives in this process.
@@ -78,20 +79,7 @@ func OpenRedis(ctx context.Context, cfg *config.Config) (*Redis, error) {
 		}
 		r.embedded, r.URL = mr, "redis://"+mr.Addr()+"/0"
 		// miniredis's TTLs do not count down by themselves.
-		tctx, stop := context.WithCancel(context.Background())
-		r.stopTick = stop
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-tctx.Done():
-					return
-				case <-t.C:
-					mr.FastForward(time.Second)
-				}
-			}
-		}()
+		r.stopTick = periodic.Start(time.Second, func(context.Context) { mr.FastForward(time.Second) })
 	}
 	opt, err := redis.ParseURL(r.URL)
 	if err != nil {

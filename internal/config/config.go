@@ -201,27 +201,20 @@ func (p *parser) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
-func (p *parser) positive(name string, def int) int {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		p.fail(name, fmt.Sprintf("must be a positive integer (got %q)", v))
-		return def
-	}
-	return n
-}
+// positive reads a whole number of at least 1.
+func (p *parser) positive(name string, def int) int { return p.atLeast(name, def, 1) }
 
-func (p *parser) nonNegative(name string, def int) int {
+// nonNegative reads a whole number of at least 0.
+func (p *parser) nonNegative(name string, def int) int { return p.atLeast(name, def, 0) }
+
+func (p *parser) atLeast(name string, def, least int) int {
 	v := p.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		p.fail(name, fmt.Sprintf("must be a whole number (got %q)", v))
+	if err != nil || n < least {
+		p.fail(name, fmt.Sprintf("must be a whole number of at least %d (got %q)", least, v))
 		return def
 	}
 	return n
