@@ -4,6 +4,8 @@
 # pulled, it is made from Debian's packages with debootstrap.
 #
 # Usage: runners/build.sh [language...]   (default: every runners/*/Dockerfile)
+# RUNNER_TAG (default latest) tags the images runner-<language>:<tag>; an
+# executor with the same RUNNER_TAG prefers them.
 set -eu
 cd "$(dirname "$0")"
 
@@ -28,7 +30,7 @@ mkdir -p build
 
 langs=${*:-$(for d in */Dockerfile; do dirname "$d"; done)}
 for lang in $langs; do
-  image=runner-$lang
+  image=runner-$lang:${RUNNER_TAG:-latest}
   hash=$(cat "$lang"/* build/runbox-agent | sha256sum | cut -c1-16)
   have=$(docker image inspect -f '{{index .Config.Labels "runbox.hash"}}' "$image" 2>/dev/null || true)
   if [ "$have" = "$hash" ]; then

@@ -185,9 +185,10 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		ExecutorID: cfg.ExecutorID,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
 			FileSize: cfg.QuotaBytes},
-		Logger:  log.With("component", "sandbox"),
-		IdleTTL: cfg.SessionTTL,
-		MaxWarm: warm,
+		Logger:   log.With("component", "sandbox"),
+		IdleTTL:  cfg.SessionTTL,
+		MaxWarm:  warm,
+		ImageTag: cfg.RunnerTag,
 	})
 	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{

@@ -63,6 +63,8 @@ type Config struct {
 	Pool          string
 	ShutdownGrace time.Duration
 	ExecutorID    string
+	// RunnerTag is the tag of the runner images an executor prefers.
+	RunnerTag string
 
 	LogLevel  string
 	LogFormat string
@@ -99,6 +101,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		Pool:                     p.str("SANDBOX_POOL", "1,python=2"),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
+		RunnerTag:                p.str("RUNNER_TAG", "latest"),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 	}

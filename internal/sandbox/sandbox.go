@@ -92,7 +92,13 @@ type Options struct {
 	// recently used go first. A language bounded to 0 gets a fresh sandbox
 	// for every run.
 	MaxWarm WarmLimits
+	// ImageTag is the tag of the runner images to prefer
+	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
+	ImageTag string
 }
+
+// DefaultImageTag is the tag `make images` gives runner images.
+const DefaultImageTag = "latest"
 
 // DefaultIdleTTL is the IdleTTL of Options that set none.
 const DefaultIdleTTL = 30 * time.Minute
@@ -117,6 +123,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts.IdleTTL = cmp.Or(opts.IdleTTL, DefaultIdleTTL)
+	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
 	return &Manager{
 		docker: docker, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
@@ -132,7 +139,7 @@ func (m *Manager) Ping(ctx context.Context) error {
 
 // Discover finds the runner images by their labels and returns their
 // languages. Where several images offer a language, the one tagged
-// runner-<language> wins.
+// runner-<language>:<ImageTag> wins.
 func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 	res, err := m.docker.ImageList(ctx, client.ImageListOptions{
 		Filters: client.Filters{}.Add("label", LabelRunner+"=true"),
@@ -146,13 +153,14 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 		if lang == "" || len(img.RepoTags) == 0 {
 			continue
 		}
+		preferred := "runner-" + lang + ":" + m.opts.ImageTag
 		tag := img.RepoTags[0]
 		for _, t := range img.RepoTags {
-			if t == "runner-"+lang+":latest" {
+			if t == preferred {
 				tag = t
 			}
 		}
-		if prev, ok := found[lang]; ok && prev.Image == "runner-"+lang+":latest" {
+		if prev, ok := found[lang]; ok && prev.Image == preferred {
 			continue
 		}
 		found[lang] = runbox.Runner{Language: lang, Image: tag, Version: img.Labels[LabelVersion]}

@@ -21,7 +21,8 @@ import (
 func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: WarmLimits{Default: 8}})
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: WarmLimits{Default: 8},
+		ImageTag: os.Getenv("RUNNER_TAG")})
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
