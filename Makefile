@@ -1,14 +1,14 @@
 # runbox — see README.md.
 GO ?= go
 
-.PHONY: run test build images vet bench clean
+.PHONY: run test build images deploy-images deps test-deps vet bench clean
 
 ## run: build what is missing and start the service on the embedded default
-run: images build
+run: deps images build
 	./bin/api
 
 ## test: every test: unit, and integration against real Redis and Docker
-test: images
+test: test-deps images
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 60m ./...
 
@@ -25,12 +25,23 @@ build:
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 
 ## images: the runner images that are missing or out of date
-images:
+images: deps
 	./runners/build.sh
+
+## deploy-images: what docker-compose.yml runs (runners, runbox, runbox-redis)
+deploy-images: deps
+	./deploy/build.sh
+
+## deps: install what the machine lacks (apt, when root or with sudo)
+deps:
+	./deploy/deps.sh run
+
+test-deps:
+	./deploy/deps.sh test
 
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 clean:
-	rm -rf bin runners/build
+	rm -rf bin runners/build deploy/build

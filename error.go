@@ -3,6 +3,8 @@ package runbox
 import (
 	"errors"
 	"fmt"
+	"math"
+	"time"
 )
 
 // Error codes, as clients see them in {error, message}.
@@ -19,6 +21,7 @@ const (
 	ERateLimited      = "rate_limited"
 	EUnavailable      = "unavailable"
 	EUnauthorized     = "unauthorized"
+	ESessionNotFound  = "session_not_found" // the Python sandbox PRD's not_found for a conversation
 	EInternal         = "internal"
 )
 
@@ -28,6 +31,9 @@ const (
 type Error struct {
 	Code    string
 	Message string
+	// RetryAfter, for rate_limited and quota_exceeded, is when the client
+	// may try again.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -52,4 +58,20 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// Limited returns a rate_limited or quota_exceeded error that tells the
+// client when to come back.
+func Limited(code string, retryAfter time.Duration, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), RetryAfter: retryAfter}
+}
+
+// RetryAfterSeconds returns the whole seconds (at least 1) after which the
+// client may retry err, or 0 when err says nothing of it.
+func RetryAfterSeconds(err error) int {
+	e, ok := errors.AsType[*Error](err)
+	if !ok || e.RetryAfter <= 0 {
+		return 0
+	}
+	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 }

@@ -5,10 +5,7 @@
 // internal/ and do not know about each other.
 package runbox
 
-import (
-	"regexp"
-	"time"
-)
+import "time"
 
 // Spec is what a client asks to run.
 type Spec struct {
@@ -122,9 +119,3 @@ type Runner struct {
 	Image    string `json:"image"`
 	Version  string `json:"version"`
 }
-
-var conversationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// ValidConversationID reports whether id may name a conversation. Such an
-// id is also a safe single path element.
-func ValidConversationID(id string) bool { return conversationIDPattern.MatchString(id) }

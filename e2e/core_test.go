@@ -277,7 +277,7 @@ func TestMCP(t *testing.T) {
 		for _, tok := range []string{"", "wrong-token-123"} {
 			c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
 			_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-				Endpoint: s.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}, MaxRetries: -1,
+				Endpoint: s.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{Token: tok}}, MaxRetries: -1,
 			}, nil)
 			if err == nil {
 				t.Errorf("token %q: connected", tok)
@@ -543,6 +543,23 @@ func TestExecutorCrash(t *testing.T) {
 	waitFor(t, func() bool {
 		host, _ = os.ReadFile(s.root + "/crash/files/host")
 		return len(host) > 0
+	})
+	// The output so far has reached the service: what the client must get
+	// back is known.
+	cs2 := s.session(nil)
+	waitFor(t, func() bool {
+		var runs struct {
+			Runs []struct {
+				RunID string `json:"run_id"`
+			} `json:"runs"`
+		}
+		call(t, cs2, "list_runs", map[string]any{"conversationId": "crash"}, &runs)
+		if len(runs.Runs) == 0 {
+			return false
+		}
+		var p progress
+		call(t, cs2, "get_run", map[string]any{"run_id": runs.Runs[0].RunID}, &p)
+		return stdoutOf(p.Events) == "up\n"
 	})
 	victimID := s.containerExecutor(string(host))
 	var victim *proc

@@ -77,7 +77,7 @@ plt.savefig('chart.png')
 	var list struct {
 		Files []fileInfo `json:"files"`
 	}
-	for _, name := range []string{"list_files", "list_artifacts"} {
+	for _, name := range []string{"list_files"} {
 		call(t, cs, name, map[string]any{"conversationId": cid}, &list)
 		if len(list.Files) != 2 || list.Files[0].Name != "chart.png" || list.Files[1].Name != "sales.csv" {
 			t.Errorf("%s: %+v", name, list.Files)
@@ -85,7 +85,7 @@ plt.savefig('chart.png')
 	}
 
 	// The model looks at its chart.
-	for _, name := range []string{"read_file", "read_artifact"} {
+	for _, name := range []string{"read_file"} {
 		var fi fileInfo
 		res = call(t, cs, name, map[string]any{"conversationId": cid, "name": "chart.png"}, &fi)
 		img, ok := res.Content[0].(*mcp.ImageContent)
@@ -121,7 +121,7 @@ func TestTransports(t *testing.T) {
 	t.Run("HTTP+SSE at /mcp/events", func(t *testing.T) {
 		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-sse", Version: "1"}, nil)
 		cs, err := c.Connect(context.Background(), &mcp.SSEClientTransport{
-			Endpoint: s.url + "/mcp/events", HTTPClient: &http.Client{Transport: bearer{token}},
+			Endpoint: s.url + "/mcp/events", HTTPClient: &http.Client{Transport: bearer{Token: token}},
 		}, nil)
 		if err != nil {
 			t.Fatal(err)

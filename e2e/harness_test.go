@@ -285,29 +285,12 @@ func (s *service) sign(cid, name string, exp int64) string {
 	return fmt.Sprintf("%s/files/%s/%s?exp=%d&sig=%s", s.url, cid, name, exp, hex.EncodeToString(h.Sum(nil)))
 }
 
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	if b.token != "" {
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
+type bearer = testenv.Bearer
 
 // session connects the official MCP client over Streamable HTTP.
 func (s *service) session(opts *mcp.ClientOptions) *mcp.ClientSession {
 	s.t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, opts)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint:   s.url + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token}},
-	}, nil)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() { cs.Close() })
-	return cs
+	return testenv.Session(s.t, s.url+"/mcp", token, opts)
 }
 
 // result is a RunResult as a client decodes it.
@@ -392,3 +375,4 @@ func get(t *testing.T, url string) (int, []byte) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }

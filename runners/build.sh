@@ -8,6 +8,7 @@
 # executor with the same RUNNER_TAG prefers them.
 set -eu
 cd "$(dirname "$0")"
+. ./lib.sh
 
 base=debian:bookworm-slim
 if ! docker image inspect "$base" >/dev/null 2>&1; then
@@ -32,18 +33,7 @@ langs=${*:-$(for d in */Dockerfile; do dirname "$d"; done)}
 for lang in $langs; do
   image=runner-$lang:${RUNNER_TAG:-latest}
   hash=$(cat "$lang"/* build/runbox-agent | sha256sum | cut -c1-16)
-  have=$(docker image inspect -f '{{index .Config.Labels "runbox.hash"}}' "$image" 2>/dev/null || true)
-  if [ "$have" = "$hash" ]; then
-    continue
-  fi
-  echo "runners: building $image" >&2
-  log=$(mktemp)
-  if ! docker build -q --label "runbox.hash=$hash" -t "$image" -f "$lang/Dockerfile" . >"$log" 2>&1; then
-    cat "$log" >&2
-    rm -f "$log"
-    exit 1
-  fi
-  rm -f "$log"
+  build_image "$image" "$hash" "$lang/Dockerfile"
 done
 # Earlier builds of the runners, now untagged.
 docker image prune -f --filter label=sandbox.runner=true >/dev/null

@@ -18,6 +18,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		os.Exit(audit(os.Args[2:]))
+	}
 	stdio := flag.Bool("stdio", false, "serve MCP on stdin and stdout instead of HTTP")
 	flag.Parse()
 	if err := run(*stdio); err != nil {
@@ -42,4 +45,16 @@ func run(stdio bool) error {
 		Banner: os.Stderr,
 		Logger: log,
 	})
+}
+
+// audit runs `api audit export|verify` with the api's configuration.
+func audit(args []string) int {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return app.RunAudit(ctx, cfg, args, os.Stdout, os.Stderr)
 }

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/runbox-dev/runbox/internal/agent"
 )
 
@@ -33,6 +35,14 @@ func main() {
 	if *ext == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
 		os.Exit(2)
+	}
+	// Programs run as the agent's own user. Not dumpable, the agent's
+	// /proc entries belong to root: no program can open its stdin or
+	// stdout (the executor's frames) through /proc/<pid>/fd, read its
+	// memory or trace it.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: prctl(PR_SET_DUMPABLE):", err)
+		os.Exit(1)
 	}
 	if *skel != "" {
 		if err := copyTree(*skel, "/tmp"); err != nil {
@@ -59,8 +69,20 @@ func main() {
 		Preload:     *preload,
 		PreloadWhen: when,
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	if os.Getpid() == 1 {
+		// As the container's init, the agent gets only the signals it
+		// handles from processes of its container; ignoring these, no
+		// program can end it. The executor ends it by closing its input
+		// or by killing the container.
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+			syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN,
+			syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR)
+	} else {
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+	}
 	if err := agent.Serve(ctx, cfg, os.Stdin, os.Stdout); err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
 		os.Exit(1)

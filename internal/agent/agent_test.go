@@ -103,6 +103,12 @@ func TestServeRuns(t *testing.T) {
 		{name: "working directory", run: Run{Code: "test -w . && echo ok"}, wantOut: "ok\n"},
 		{name: "killed by a signal", run: Run{Code: "kill -9 $$"}, wantCode: -1, wantSignal: 9},
 		{name: "background child does not hold the run", run: Run{Code: "sleep 60 & echo started"}, wantOut: "started\n"},
+		// A program leaves a FIFO where the next program's file goes, and a
+		// link in place of the folder: the next one still runs.
+		{name: "plants a FIFO and a link", run: Run{Code: `rm -f "$0"; mkfifo "$0"; echo planted`}, wantOut: "planted\n"},
+		{name: "the next program runs over the FIFO", run: Run{Code: "echo next"}, wantOut: "next\n"},
+		{name: "plants a link for the folder", run: Run{Code: `d=$(dirname "$0"); mv "$d" "$d.real"; ln -s /nonexistent "$d"; echo linked`}, wantOut: "linked\n"},
+		{name: "the next program runs over the link", run: Run{Code: "echo again"}, wantOut: "again\n"},
 	}
 	c := startAgent(t)
 	for _, tt := range tests {

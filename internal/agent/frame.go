@@ -63,6 +63,10 @@ type Exit struct {
 	Signal int `json:"signal,omitempty"`
 	// OOMKilled is set when the kernel's OOM killer fired during the run.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Clean is set when, after the run, the agent found no process of the
+	// program left in the sandbox. A sandbox whose agent does not say so
+	// is not used again.
+	Clean bool `json:"clean,omitempty"`
 }
 
 // Failure reports a run the agent could not start.

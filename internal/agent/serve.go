@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -90,9 +91,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		}
 	}()
 
-	st := &starter{cfg: cfg}
+	st := &starter{cfg: cfg, waiter: newWaiter()}
 	if len(cfg.Zygote) > 0 {
-		st.zygote = newZygote(cfg.Zygote, cfg.Env)
+		st.zygote = newZygote(cfg.Zygote, cfg.Env, st.waiter, &st.busy)
 		go st.zygote.run()
 		defer st.zygote.stop()
 	}
@@ -152,7 +153,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 				}
 			case frameKill:
 				if cur != nil {
-					cur.kill()
+					_ = cur.kill()
 				}
 			}
 		}
@@ -170,21 +171,30 @@ type process struct {
 // starter starts programs: the ordinary way, or forked from a zygote.
 type starter struct {
 	cfg    Config
+	waiter waiter
 	zygote *zygote // nil without one
+	// busy is held from a program's start until nothing of it is left,
+	// and by the zygote while it starts: a process is dumpable from its
+	// exec until it makes itself not, and no program may be there to
+	// trace it or take its descriptors in that moment.
+	busy sync.Mutex
 }
 
-func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process, error) {
+func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *process, err error) {
 	cfg := st.cfg
 	if len(cfg.Launch) == 0 {
 		return nil, errors.New("agent has no launch command")
 	}
-	if err := os.MkdirAll(cfg.Scratch, 0o700); err != nil {
-		return nil, fmt.Errorf("prepare scratch folder: %w", err)
+	st.busy.Lock()
+	defer func() {
+		if err != nil {
+			st.busy.Unlock()
+		}
+	}()
+	if err := writeProgram(cfg.Scratch, "main."+cfg.Ext, run.Code); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
-	if err := os.WriteFile(path, []byte(run.Code), 0o600); err != nil {
-		return nil, fmt.Errorf("write program: %w", err)
-	}
 
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
@@ -232,14 +242,11 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
 		// Its own session, so that killing the group reaches what it started.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		err = cmd.Start()
+		var ended <-chan syscall.WaitStatus
+		ended, err = st.waiter.start(cmd)
 		if err == nil {
 			pid = cmd.Process.Pid
-			wait = func() syscall.WaitStatus {
-				_ = cmd.Wait()
-				ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-				return ws
-			}
+			wait = func() syscall.WaitStatus { return <-ended }
 		}
 	}
 	closeAll(stdinR, outW, errW) // the child holds its own copies
@@ -263,7 +270,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process
 		ws := wait()
 		// The program is gone; take what it left running with it, which
 		// also closes the pipes those processes held.
-		p.kill()
+		clean := p.kill()
 		p.stdin.close()
 		drained := make(chan struct{})
 		go func() { wg.Wait(); close(drained) }()
@@ -273,7 +280,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process
 			closeAll(outR, errR)
 			<-drained
 		}
-		ex := Exit{ExitCode: ws.ExitStatus()}
+		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean}
 		if ws.Signaled() {
 			ex.ExitCode, ex.Signal = -1, int(ws.Signal())
 		}
@@ -282,42 +289,110 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (*process
 				ex.OOMKilled = true
 			}
 		}
+		st.busy.Unlock()
 		exited <- ex
 	}()
 	return p, nil
 }
 
+// writeProgram writes a program's source for its launcher. The folder is
+// in /tmp, which programs own: whatever an earlier one left there — a
+// link in place of the folder or the file, a FIFO that would block the
+// write — is removed, and the file made anew without following links.
+func writeProgram(dir, name, code string) error {
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+		_ = os.Remove(dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("prepare scratch folder: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("write program: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write program: %w", err)
+	}
+	_, err = f.WriteString(code)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write program: %w", err)
+	}
+	return nil
+}
+
 // kill ends the program's process group and, when sweeping, every other
-// process in the sandbox but init, the agent and the zygote.
-func (p *process) kill() {
+// process in the sandbox but init, the agent and the zygote. It reports
+// whether the sandbox was then found to hold nothing else.
+func (p *process) kill() bool {
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-	if p.sweep {
-		spare := 0
-		if p.spare != nil {
-			spare = p.spare()
+	if !p.sweep {
+		return false
+	}
+	spare := 0
+	if p.spare != nil {
+		spare = p.spare()
+	}
+	return sweep(spare)
+}
+
+// sweepTime bounds how long a sweep keeps killing before it gives up and
+// reports the sandbox unclean.
+const sweepTime = 2 * time.Second
+
+// sweep kills every process it may, other than init, the agent itself and
+// spare, and scans again until a scan finds none alive: a process can fork
+// between a scan and its kill (a fork loop, a double fork under way), but
+// a killed one cannot, so the scans converge. It reports whether they did
+// in time. Zombies are dead already (their parent, the agent or the
+// zygote, reaps them).
+func sweep(spare int) bool {
+	if os.Getuid() == 0 {
+		return false // never as root: that is not a sandbox
+	}
+	self := os.Getpid()
+	deadline := time.Now().Add(sweepTime)
+	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return false
 		}
-		sweep(spare)
+		found := false
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == 1 || pid == self || pid == spare || !alive(pid) {
+				continue
+			}
+			found = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if !found {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
 	}
 }
 
-// sweep kills every process it may, other than init, the agent itself and
-// spare.
-func sweep(spare int) {
-	self := os.Getpid()
-	if os.Getuid() == 0 {
-		return // never as root: that is not a sandbox
-	}
-	entries, err := os.ReadDir("/proc")
+// alive reports whether a process exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return
+		return false
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == 1 || pid == self || pid == spare {
-			continue
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	// The state follows the command name, which may hold anything but
+	// ends at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
 	}
+	state := b[i+2]
+	return state != 'Z' && state != 'X'
 }
 
 // DefaultLineWait is how long relay waits for the rest of a line:
@@ -378,6 +453,11 @@ func closeAll(files ...*os.File) {
 	}
 }
 
+// maxQueuedStdin bounds the input the agent holds for a program that does
+// not read it. The executor sends no more than its own budget; past this,
+// the rest is dropped and the program's input ends.
+const maxQueuedStdin = 8 << 20
+
 // stdinQueue feeds a program's stdin without ever blocking the frame loop:
 // a program that does not read its input must not stop the agent from
 // hearing a kill.
@@ -386,6 +466,7 @@ type stdinQueue struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	chunks [][]byte
+	queued int
 	closed bool
 }
 
@@ -398,10 +479,17 @@ func newStdinQueue(w *os.File) *stdinQueue {
 func (q *stdinQueue) push(p []byte) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.closed {
-		q.chunks = append(q.chunks, p)
-		q.cond.Signal()
+	if q.closed {
+		return
 	}
+	if q.queued+len(p) > maxQueuedStdin {
+		log.Printf("stdin: more than %d bytes the program has not read; its input ends here", maxQueuedStdin)
+		q.closed = true
+	} else {
+		q.chunks = append(q.chunks, p)
+		q.queued += len(p)
+	}
+	q.cond.Signal()
 }
 
 // close ends the input once what was queued is written.
@@ -425,6 +513,7 @@ func (q *stdinQueue) run() {
 		}
 		chunk := q.chunks[0]
 		q.chunks = q.chunks[1:]
+		q.queued -= len(chunk)
 		q.mu.Unlock()
 		if _, err := q.w.Write(chunk); err != nil {
 			return // the program closed its stdin or exited

@@ -26,6 +26,11 @@ const zygoteStartTimeout = 5 * time.Second
 type zygote struct {
 	command []string
 	env     []string
+	waiter  waiter
+	// busy is held while a program runs; the zygote starts only when it
+	// can take it, and keeps it until the zygote has made itself not
+	// dumpable (its first message).
+	busy *sync.Mutex
 
 	mu        sync.Mutex
 	sock      *os.File // our end
@@ -50,8 +55,8 @@ type zygoteMessage struct {
 	Status int  `json:"status"`
 }
 
-func newZygote(command, env []string) *zygote {
-	return &zygote{command: command, env: env, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
+func newZygote(command, env []string, w waiter, busy *sync.Mutex) *zygote {
+	return &zygote{command: command, env: env, waiter: w, busy: busy, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
 		readyCh: make(chan struct{})}
 }
 
@@ -139,7 +144,11 @@ func (z *zygote) runOnce() error {
 	cmd.Dir = "/tmp"
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
-	err = cmd.Start()
+	z.busy.Lock()
+	var unlock sync.Once
+	release := func() { unlock.Do(z.busy.Unlock) }
+	defer release()
+	ended, err := z.waiter.start(cmd)
 	theirs.Close()
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -147,7 +156,7 @@ func (z *zygote) runOnce() error {
 	z.mu.Lock()
 	z.sock, z.pid = ours, cmd.Process.Pid
 	z.mu.Unlock()
-	readErr := z.read(ours)
+	readErr := z.read(ours, release)
 	z.mu.Lock()
 	z.setReady(false)
 	z.sock, z.pid, z.preloaded = nil, 0, false
@@ -159,12 +168,13 @@ func (z *zygote) runOnce() error {
 	}
 	z.mu.Unlock()
 	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	<-ended
 	return readErr
 }
 
-// read handles the zygote's messages until its socket closes.
-func (z *zygote) read(sock *os.File) error {
+// read handles the zygote's messages until its socket closes. The first
+// one means the zygote is no longer dumpable: first is called then.
+func (z *zygote) read(sock *os.File, first func()) error {
 	buf := make([]byte, 4096)
 	for {
 		n, err := sock.Read(buf)
@@ -174,6 +184,7 @@ func (z *zygote) read(sock *os.File) error {
 		if n == 0 {
 			return io.EOF
 		}
+		first()
 		var m zygoteMessage
 		if err := json.Unmarshal(buf[:n], &m); err != nil {
 			return fmt.Errorf("malformed message: %w", err)

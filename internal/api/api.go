@@ -5,10 +5,13 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
@@ -46,8 +50,18 @@ type Options struct {
 	Queue asynq.RedisConnOpt
 	// Ready are the readiness checks, by name.
 	Ready map[string]Check
-	// MaxBody bounds a request body (MCP messages, uploads).
-	MaxBody  int64
+	// MaxBody bounds an MCP message (the upload tool's base64 included);
+	// MaxUpload a REST upload.
+	MaxBody   int64
+	MaxUpload int64
+	// BodyBudget bounds the bytes of the request bodies held in memory at
+	// once, across every client.
+	BodyBudget int64
+	// MetricsToken, when set, is the bearer token /metrics asks for.
+	MetricsToken string
+	// Audit, when set, records every REST request and every request
+	// refused for its token.
+	Audit    *audit.Recorder
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
 }
@@ -57,6 +71,7 @@ type Server struct {
 	opts         Options
 	log          *slog.Logger
 	echo         *echo.Echo
+	handler      http.Handler // echo behind the body gate
 	dashboard    *asynqmon.HTTPHandler
 	queueMetrics *queueCollector
 	// closing ends long-lived streams when the server shuts down.
@@ -78,21 +93,21 @@ func New(opts Options) *Server {
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.ready)
 	e.GET("/", s.playground)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})), s.metricsToken)
 	e.GET("/files/*", s.download)
 	e.HEAD("/files/*", s.download)
 
-	authed := e.Group("", s.requireToken(false))
+	authed := e.Group("", s.requireToken(false), newRequestCap().middleware)
 	// Bearer tokens guard the MCP endpoints, so the SDK's DNS-rebinding
 	// check (which also rejects reverse proxies on loopback) is not needed.
 	streamable := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
 		&mcpsdk.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
 	sse := mcpsdk.NewSSEHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
 		&mcpsdk.SSEOptions{DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
-	authed.Any("/mcp", echo.WrapHandler(streamable))
+	authed.Any("/mcp", echo.WrapHandler(withCaller(streamable)))
 	authed.Any("/mcp/events", echo.WrapHandler(s.closeOnShutdown(sse)))
 
-	v1 := authed.Group("/v1")
+	v1 := authed.Group("/v1", s.recordRequests, s.countCalls)
 	v1.POST("/runs", s.createRun)
 	v1.GET("/runs", s.listRuns)
 	v1.GET("/runs/:id", s.getRun)
@@ -106,15 +121,19 @@ func New(opts Options) *Server {
 	v1.DELETE("/conversations/:cid", s.closeConversation)
 
 	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opts.Queue, ReadOnly: true})
-	mon := e.Group("/monitoring", s.requireToken(true))
-	mon.Any("", echo.WrapHandler(s.dashboard))
-	mon.Any("/*", echo.WrapHandler(s.dashboard))
+	// The dashboard shows every client's queue: it is the operators', whose
+	// token is MCP_API_TOKEN (the client "default").
+	mon := e.Group("/monitoring", s.requireToken(true), operatorOnly)
+	dashboard := echo.WrapHandler(quietErrors(s.dashboard))
+	mon.Any("", dashboard)
+	mon.Any("/*", dashboard)
 	s.echo = e
+	s.handler = newBodyGate(opts.BodyBudget, routeLimit(opts.MaxBody, opts.MaxUpload)).wrap(e)
 	return s
 }
 
 // ServeHTTP serves a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Close ends open event streams (SSE), so that http.Server.Shutdown need
 // not wait for them, and closes the dashboard's connection.
@@ -122,6 +141,14 @@ func (s *Server) Close() error {
 	s.close()
 	s.queueMetrics.inspector.Close()
 	return s.dashboard.Close()
+}
+
+// withCaller lets the tools see their caller go: the MCP SDK runs a
+// stateless call on a context that outlives the HTTP request.
+func withCaller(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(mcp.WithCaller(r.Context())))
+	})
 }
 
 // closeOnShutdown cancels a handler's request when the server closes.
@@ -146,19 +173,136 @@ func (s *Server) requireToken(basic bool) echo.MiddlewareFunc {
 			if !ok && basic {
 				_, token, _ = r.BasicAuth()
 			}
-			name, valid := s.opts.Tokens.Check(strings.TrimSpace(token))
+			client, valid := s.opts.Tokens.Check(strings.TrimSpace(token))
 			if !valid {
 				if basic {
 					c.Response().Header().Set("WWW-Authenticate", `Basic realm="runbox"`)
 				} else {
 					c.Response().Header().Set("WWW-Authenticate", `Bearer realm="runbox"`)
 				}
+				if s.opts.Audit != nil {
+					s.opts.Audit.Denied(r.Context(), r.Method+" "+c.Path())
+				}
 				return runbox.Errorf(runbox.EUnauthorized, "a valid API token is required")
 			}
-			c.SetRequest(r.WithContext(auth.WithClient(r.Context(), name)))
-			c.Set("client", name)
+			c.SetRequest(r.WithContext(auth.WithClient(r.Context(), client)))
+			c.Set("client", client.Name)
 			return next(c)
 		}
+	}
+}
+
+// operatorOnly lets only the client "default" through.
+func operatorOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if auth.Client(c.Request().Context()) != runbox.DefaultClient {
+			return runbox.Errorf(runbox.ENotFound, "not found")
+		}
+		return next(c)
+	}
+}
+
+// quietErrors keeps the text of a handler's server errors (the dashboard
+// writes Redis's) from the client: a 5xx answer says only that it failed.
+func quietErrors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&quietWriter{ResponseWriter: w}, r)
+	})
+}
+
+type quietWriter struct {
+	http.ResponseWriter
+	failed bool
+}
+
+func (w *quietWriter) WriteHeader(code int) {
+	if code >= 500 {
+		w.failed = true
+		w.Header().Del("Content-Length")
+		w.Header().Set("Content-Type", "application/json")
+		w.ResponseWriter.WriteHeader(code)
+		_, _ = w.ResponseWriter.Write([]byte(`{"error":"unavailable","message":"the queue cannot be read right now"}`))
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *quietWriter) Write(p []byte) (int, error) {
+	if w.failed {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *quietWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// metricsToken guards /metrics with METRICS_TOKEN, when set: the
+// per-client counters name the clients.
+func (s *Server) metricsToken(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.opts.MetricsToken == "" {
+			return next(c)
+		}
+		got, _ := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.opts.MetricsToken))
+		if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="runbox-metrics"`)
+			return runbox.Errorf(runbox.EUnauthorized, "a valid metrics token is required")
+		}
+		return next(c)
+	}
+}
+
+// auditRunID is where a handler leaves the id of the run it made.
+const auditRunID = "audit.run_id"
+
+// recordRequests writes every REST request to the audit log: its start
+// before it runs (one whose start cannot be written does not run), its
+// end with the outcome. Bodies are not recorded, only their size.
+func (s *Server) recordRequests(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.opts.Audit == nil {
+			return next(c)
+		}
+		r := c.Request()
+		params := map[string]any{}
+		for k, v := range r.URL.Query() {
+			params[k] = strings.Join(v, ",")
+		}
+		if r.ContentLength > 0 {
+			params["body_len"] = float64(r.ContentLength)
+		}
+		call, err := s.opts.Audit.Begin(r.Context(), audit.Entry{
+			Client: auth.Client(r.Context()), Route: r.Method + " " + c.Path(),
+			Conversation: c.Param("cid"), RunID: c.Param("id"), Params: audit.Sanitize(params),
+		})
+		if err != nil {
+			return err
+		}
+		err = next(c)
+		code := ""
+		switch {
+		case err != nil:
+			code = runbox.ErrorCode(err)
+			if he, ok := err.(*echo.HTTPError); ok && he.Code == http.StatusNotFound {
+				code = runbox.ENotFound
+			}
+		case c.Response().Status >= 400:
+			code = runbox.EInternal
+		}
+		runID, _ := c.Get(auditRunID).(string)
+		call.End(r.Context(), code, runID)
+		return err
+	}
+}
+
+// countCalls holds REST requests to the client's calls_per_minute.
+func (s *Server) countCalls(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.opts.Runs.AllowCall(c.Request().Context()); err != nil {
+			return err
+		}
+		return next(c)
 	}
 }
 
@@ -192,6 +336,7 @@ var status = map[string]int{
 	runbox.EUnknownLanguage:  http.StatusBadRequest,
 	runbox.EInvalidPath:      http.StatusBadRequest,
 	runbox.ENotFound:         http.StatusNotFound,
+	runbox.ESessionNotFound:  http.StatusNotFound,
 	runbox.EFileExists:       http.StatusConflict,
 	runbox.ETooLarge:         http.StatusRequestEntityTooLarge,
 	runbox.EArtifactTooLarge: http.StatusRequestEntityTooLarge,
@@ -231,11 +376,18 @@ func (s *Server) handleError(err error, c echo.Context) {
 	} else if code == runbox.EInternal {
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
+	body := map[string]any{"error": code, "message": msg}
+	if secs := runbox.RetryAfterSeconds(err); secs > 0 {
+		// A client past a limit of its tier: 429, whichever limit.
+		httpStatus = http.StatusTooManyRequests
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+		body["retry_after_seconds"] = secs
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(httpStatus)
 		return
 	}
-	_ = c.JSON(httpStatus, map[string]string{"error": code, "message": msg})
+	_ = c.JSON(httpStatus, body)
 }
 
 func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {

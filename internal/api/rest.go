@@ -61,6 +61,7 @@ func (s *Server) createRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	c.Set(auditRunID, run.ID)
 	if wait, _ := strconv.ParseBool(c.QueryParam("wait")); wait {
 		res, err := s.opts.Runs.Wait(ctx, run.ID, 0, nil)
 		if err != nil {
@@ -186,17 +187,11 @@ func (s *Server) runEvents(c echo.Context) error {
 // 403 whether or not the file exists.
 func (s *Server) download(c echo.Context) error {
 	forbidden := echo.NewHTTPError(http.StatusForbidden, "the link is invalid or has expired")
-	rest := strings.TrimPrefix(c.Request().URL.EscapedPath(), "/files/")
-	cidEsc, nameEsc, ok := strings.Cut(rest, "/")
-	if !ok {
+	key, name, ok := files.ParseURLPath(strings.TrimPrefix(c.Request().URL.EscapedPath(), "/files/"))
+	if !ok || !s.opts.Signer.Verify(key, name, c.QueryParam("exp"), c.QueryParam("sig")) {
 		return forbidden
 	}
-	cid, err1 := url.PathUnescape(cidEsc)
-	name, err2 := url.PathUnescape(nameEsc)
-	if err1 != nil || err2 != nil || !s.opts.Signer.Verify(cid, name, c.QueryParam("exp"), c.QueryParam("sig")) {
-		return forbidden
-	}
-	return s.serveFile(c, cid, name)
+	return s.serveFile(c, key, name)
 }
 
 // getFile serves a conversation's file to a client with a token.
@@ -206,14 +201,19 @@ func (s *Server) getFile(c echo.Context) error {
 	if err != nil {
 		return runbox.Errorf(runbox.EInvalidPath, "invalid file path")
 	}
-	return s.serveFile(c, c.Param("cid"), name)
+	key, err := runs.ConversationKey(c.Request().Context(), c.Param("cid"))
+	if err != nil {
+		return err
+	}
+	return s.serveFile(c, key, name)
 }
 
 // activeTypes are served as downloads, never rendered on our origin.
 var activeTypes = []string{"text/html", "image/svg+xml", "application/xml", "text/xml", "text/javascript", "application/xhtml+xml"}
 
-func (s *Server) serveFile(c echo.Context, cid, name string) error {
-	f, info, err := s.opts.Folders.Open(cid, name)
+// serveFile serves the file name of the conversation key.
+func (s *Server) serveFile(c echo.Context, key, name string) error {
+	f, info, err := s.opts.Folders.Open(key, name)
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (s *Server) serveFile(c echo.Context, cid, name string) error {
 }
 
 func (s *Server) listFiles(c echo.Context) error {
-	list, err := s.opts.Convs.List(c.Param("cid"))
+	list, err := s.opts.Convs.List(c.Request().Context(), c.Param("cid"))
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func (s *Server) uploadFile(c echo.Context) error {
 	if cl := c.Request().ContentLength; cl > s.opts.Convs.Limits().MaxUpload {
 		return runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", s.opts.Convs.Limits().MaxUpload)
 	}
-	up, err := s.opts.Convs.Upload(c.Param("cid"), c.Param("name"), c.Request().Body, overwrite)
+	up, err := s.opts.Convs.Upload(c.Request().Context(), c.Param("cid"), c.Param("name"), c.Request().Body, overwrite)
 	if err != nil {
 		return err
 	}

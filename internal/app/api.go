@@ -17,8 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/runbox-dev/runbox/internal/api"
+	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
@@ -49,11 +53,14 @@ type APIOptions struct {
 // Without REDIS_URL it embeds Redis and an executor.
 func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	log := opts.Logger
-	tokens := cfg.Tokens
+	cs := cfg.Clients
 	generated := ""
-	if len(tokens) == 0 {
+	if len(cs) == 0 {
 		generated = "rb_" + rand.Text()
-		tokens = map[string]string{generated: "default"}
+		var err error
+		if cs, err = clients.Load(generated, "", ""); err != nil {
+			return err
+		}
 	}
 
 	rds, err := OpenRedis(ctx, cfg)
@@ -106,14 +113,27 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds(),
 		MaxStdinBytes:     maxStdin,
 		MaxWaiting:        cfg.MaxQueuedPerConversation,
+		ClientStorage:     folders.ClientUsage,
 	}, log)
+	svc.Metrics = clients.NewMetrics(registry)
 	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
 		MaxInlineImages:     cfg.MaxInlineImages,
 		MaxInlineImageBytes: cfg.MaxInlineImageBytes,
 	})
-	mcpServer := mcp.New(svc, convs, log)
+	chain, err := AuditChain(cfg)
+	if err != nil {
+		return err
+	}
+	recorder := audit.NewRecorder(st, clockwork.NewRealClock(), log)
+	sealer := audit.NewSealer(st, chain, cfg.AuditRetention, clockwork.NewRealClock(), log)
+	if err := sealer.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer sealer.Stop()
+	mcpServer := mcp.New(ctx, svc, convs, log)
+	mcpServer.Audit = recorder
 	stopJanitor := periodic.Start(conversations.JanitorInterval,
 		conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep)
 	defer stopJanitor()
@@ -137,19 +157,24 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 
 	handler := api.New(api.Options{
-		Tokens:   auth.NewTokens(tokens),
-		Runs:     svc,
-		Convs:    convs,
-		MCP:      mcpServer,
-		Folders:  folders,
-		Signer:   signer,
-		Queue:    qopt,
-		Ready:    ready,
-		MaxBody:  cfg.MaxUpload*4/3 + 1<<20, // base64 of the largest upload, and the envelope
-		Registry: registry,
-		Logger:   log,
+		Tokens:       auth.NewTokens(cs),
+		Runs:         svc,
+		Convs:        convs,
+		MCP:          mcpServer,
+		Folders:      folders,
+		Signer:       signer,
+		Queue:        qopt,
+		Ready:        ready,
+		MaxBody:      cfg.MaxMCPBody(),
+		MaxUpload:    cfg.MaxUpload,
+		BodyBudget:   cfg.BodyBudget,
+		MetricsToken: cfg.MetricsToken,
+		Audit:        recorder,
+		Registry:     registry,
+		Logger:       log,
 	})
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: api.ReadHeaderTimeout, ReadTimeout: api.ReadTimeout,
+		IdleTimeout: api.IdleTimeout}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		shutdownExecutor()

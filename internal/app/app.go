@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
 	"github.com/moby/moby/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -51,7 +53,7 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 // Redis is the connection to the shared Redis, real or embedded.
 type Redis struct {
 	URL      string
-	Client   *redis.Client
+	Client   redis.UniversalClient
 	embedded *miniredis.Miniredis
 	stopTick func()
 }
@@ -81,11 +83,17 @@ func OpenRedis(ctx context.Context, cfg *config.Config) (*Redis, error) {
 		// miniredis's TTLs do not count down by themselves.
 		r.stopTick = periodic.Start(time.Second, func(context.Context) { mr.FastForward(time.Second) })
 	}
-	opt, err := redis.ParseURL(r.URL)
+	// asynq's parser, so that runbox and asynq read REDIS_URL alike:
+	// redis://, rediss:// and redis-sentinel://[:pw@]h1:p1,h2:p2?master=m.
+	opt, err := asynq.ParseRedisURI(r.URL)
 	if err != nil {
 		return nil, fmt.Errorf("config: REDIS_URL: %w", err)
 	}
-	r.Client = redis.NewClient(opt)
+	client, ok := opt.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, errors.New("config: REDIS_URL: not a Redis client this service can use")
+	}
+	r.Client = client
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.Client.Ping(pctx).Err(); err != nil {
@@ -123,7 +131,8 @@ func OpenDocker(ctx context.Context) (*client.Client, error) {
 // Files opens the conversation folders and the URL signer.
 func Files(cfg *config.Config) (*files.Folders, *files.Signer, error) {
 	folders, err := files.NewFolders(cfg.SandboxRoot, files.Options{
-		UID: sandbox.UID, GID: sandbox.GID, Quota: cfg.QuotaBytes, Mode: files.QuotaMode(cfg.QuotaMode),
+		UID: sandbox.UID, GID: sandbox.GID, Quota: cfg.QuotaBytes, Files: cfg.QuotaFiles,
+		Mode: files.QuotaMode(cfg.QuotaMode),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -181,14 +190,21 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		docker.Close()
 		return nil, fmt.Errorf("config: SANDBOX_POOL: %w", err)
 	}
+	deployment, err := st.Deployment(ctx)
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
+		Deployment: deployment,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
 			FileSize: cfg.QuotaBytes},
 		Logger:   log.With("component", "sandbox"),
 		IdleTTL:  cfg.SessionTTL,
 		MaxWarm:  warm,
 		ImageTag: cfg.RunnerTag,
+		Runtime:  cfg.Runtime,
 	})
 	qc := queue.NewClient(opt)
 	ex := executor.New(executor.Config{

@@ -16,15 +16,17 @@ import (
 	"time"
 
 	"github.com/docker/go-units"
+
+	"github.com/runbox-dev/runbox/internal/clients"
 )
 
 // Config is every setting of api and executor.
 type Config struct {
 	HTTPAddr      string
-	Tokens        map[string]string // token → client name
-	RedisURL      string            // empty: embedded
-	SandboxRoot   string            // absolute
-	FileSecret    []byte            // empty: load or make one under SandboxRoot
+	Clients       clients.Clients // by token digest; empty: api makes a token
+	RedisURL      string          // empty: embedded
+	SandboxRoot   string          // absolute
+	FileSecret    []byte          // empty: load or make one under SandboxRoot
 	FileURLTTL    time.Duration
 	PublicBaseURL string
 
@@ -36,8 +38,19 @@ type Config struct {
 	MaxCode     int
 	MaxUpload   int64
 	MaxRead     int64
-	QuotaBytes  int64
-	SessionTTL  time.Duration
+	// AuditKey signs the audit chain; empty: load or make one under
+	// SandboxRoot.
+	AuditKey []byte
+	// AuditRetention is how long audit entries are kept.
+	AuditRetention time.Duration
+	// MetricsToken, when set, guards the api's /metrics.
+	MetricsToken string
+	// BodyBudget bounds the request bodies the api holds in memory at once.
+	BodyBudget int64
+	QuotaBytes int64
+	// QuotaFiles bounds the entries of one conversation in walk mode.
+	QuotaFiles int
+	SessionTTL time.Duration
 	// MaxQueuedPerConversation bounds the runs waiting behind a
 	// conversation's running one.
 	MaxQueuedPerConversation int
@@ -65,6 +78,9 @@ type Config struct {
 	ExecutorID    string
 	// RunnerTag is the tag of the runner images an executor prefers.
 	RunnerTag string
+	// Runtime is the OCI runtime sandboxes run under (runsc for gVisor);
+	// the engine's default if empty.
+	Runtime string
 
 	LogLevel  string
 	LogFormat string
@@ -79,7 +95,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		RedisURL:                 p.str("REDIS_URL", ""),
 		SandboxRoot:              p.str("SANDBOX_ROOT", "./var/sandboxes"),
 		FileURLTTL:               p.duration("FILE_URL_TTL", 24*time.Hour),
-		PublicBaseURL:            strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
+		PublicBaseURL:            strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("RUNBOX_PORT", ""), p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
 		MemoryLimit:              p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
 		NanoCPUs:                 p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
 		PidsLimit:                int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
@@ -88,7 +104,11 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxCode:                  p.positive("SANDBOX_MAX_CODE_BYTES", 102400),
 		MaxUpload:                int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800)),
 		MaxRead:                  int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760)),
+		BodyBudget:               p.bytes("MCP_HTTP_BODY_BUDGET", "256m"),
+		MetricsToken:             strings.TrimSpace(getenv("METRICS_TOKEN")),
+		AuditRetention:           p.duration("AUDIT_RETENTION", 2160*time.Hour),
 		QuotaBytes:               int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
+		QuotaFiles:               p.positive("SANDBOX_QUOTA_FILES", 100000),
 		SessionTTL:               p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
 		MaxQueuedPerConversation: p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16),
 		QuotaMode:                p.oneOf("SANDBOX_QUOTA_MODE", "auto", "auto", "loop", "walk"),
@@ -102,10 +122,17 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		RunnerTag:                p.str("RUNNER_TAG", "latest"),
+		Runtime:                  p.str("SANDBOX_RUNTIME", ""),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 	}
-	c.Tokens = p.tokens()
+	if cs, err := clients.Load(getenv("MCP_API_TOKEN"), getenv("MCP_API_TOKENS"), strings.TrimSpace(getenv("CLIENTS_FILE"))); err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+	} else {
+		c.Clients = cs
+	}
 	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
 		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
 	}
@@ -115,6 +142,12 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		}
 		c.FileSecret = []byte(secret)
 	}
+	if key := getenv("AUDIT_KEY"); key != "" {
+		if len(key) < 16 {
+			p.fail("AUDIT_KEY", "must be at least 16 characters")
+		}
+		c.AuditKey = []byte(key)
+	}
 	if c.RedisURL != "" {
 		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
 			p.fail("REDIS_URL", "must be a redis:// or rediss:// URL")
@@ -123,11 +156,17 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.fail("PUBLIC_BASE_URL", "must be an http(s) URL")
 	}
+	if c.BodyBudget < c.MaxMCPBody() {
+		p.fail("MCP_HTTP_BODY_BUDGET", fmt.Sprintf("must hold at least one largest MCP message, %d bytes (the base64 of SANDBOX_MAX_UPLOAD_BYTES and its envelope)", c.MaxMCPBody()))
+	}
 	if c.ExecTimeout < time.Second {
 		p.fail("SANDBOX_EXEC_TIMEOUT", "must be at least 1s")
 	}
 	if c.MemoryLimit < 16<<20 {
 		p.fail("SANDBOX_MEMORY_LIMIT", "must be at least 16m")
+	}
+	if c.Runtime != "" && !validExecutorID(c.Runtime) {
+		p.fail("SANDBOX_RUNTIME", "must name an OCI runtime the Docker Engine knows, such as runsc")
 	}
 	if !validExecutorID(c.ExecutorID) {
 		p.fail("EXECUTOR_ID", "may hold only letters, digits, '.', '_' and '-' (at most 64)")
@@ -152,13 +191,22 @@ func defaultPollInterval(redisURL string) time.Duration {
 	return 2 * time.Millisecond
 }
 
-// defaultBaseURL is http://localhost on the port api listens on.
-func defaultBaseURL(addr string) string {
+// defaultBaseURL is http://localhost on the port clients reach api on:
+// RUNBOX_PORT, the port docker-compose.yml publishes, or else the one api
+// listens on.
+func defaultBaseURL(published, addr string) string {
+	if published != "" {
+		return "http://localhost:" + published
+	}
 	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" && port != "0" {
 		return "http://localhost:" + port
 	}
 	return "http://localhost:8080"
 }
+
+// MaxMCPBody is the largest MCP message the api reads: the base64 of the
+// largest upload, and its envelope.
+func (c *Config) MaxMCPBody() int64 { return c.MaxUpload*4/3 + 1<<20 }
 
 // MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.
 func (c *Config) MaxTimeoutSeconds() int { return int(c.ExecTimeout / time.Second) }
@@ -252,30 +300,4 @@ func (p *parser) oneOf(name, def string, allowed ...string) string {
 	}
 	p.fail(name, fmt.Sprintf("must be one of %s (got %q)", strings.Join(allowed, ", "), v))
 	return def
-}
-
-// tokens reads MCP_API_TOKEN and MCP_API_TOKENS into token → client name.
-func (p *parser) tokens() map[string]string {
-	tokens := map[string]string{}
-	if t := strings.TrimSpace(p.getenv("MCP_API_TOKEN")); t != "" {
-		tokens[t] = "default"
-	}
-	for entry := range strings.SplitSeq(p.getenv("MCP_API_TOKENS"), ",") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		name, token, ok := strings.Cut(entry, ":")
-		if !ok || name == "" || token == "" {
-			p.fail("MCP_API_TOKENS", "must be name:token pairs separated by commas")
-			continue
-		}
-		tokens[token] = name
-	}
-	for t := range tokens {
-		if len(t) < 8 {
-			p.fail("MCP_API_TOKEN", "tokens must be at least 8 characters")
-		}
-	}
-	return tokens
 }

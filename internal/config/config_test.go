@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != ":8080" || c.PublicBaseURL != "http://localhost:8080" || c.MemoryLimit != 512<<20 ||
 		c.NanoCPUs != 1e9 || c.PidsLimit != 128 || c.ExecTimeout != time.Minute || c.MaxOutput != 102400 ||
-		c.QuotaBytes != 1<<30 || c.FileURLTTL != 24*time.Hour || len(c.Tokens) != 0 || c.RedisURL != "" {
+		c.QuotaBytes != 1<<30 || c.FileURLTTL != 24*time.Hour || len(c.Clients) != 0 || c.RedisURL != "" {
 		t.Errorf("defaults %+v", c)
 	}
 	if !strings.HasSuffix(c.SandboxRoot, "/var/sandboxes") || !strings.HasPrefix(c.SandboxRoot, "/") {
@@ -40,8 +41,10 @@ func TestValues(t *testing.T) {
 	if c.PublicBaseURL != "http://localhost:9090" {
 		t.Errorf("base URL %q does not follow the port", c.PublicBaseURL)
 	}
-	if c.Tokens["single-token"] != "default" || c.Tokens["alice-token"] != "alice" || c.Tokens["bob-token"] != "bob" {
-		t.Errorf("tokens %v", c.Tokens)
+	for tok, name := range map[string]string{"single-token": "default", "alice-token": "alice", "bob-token": "bob"} {
+		if c.Clients[sha256.Sum256([]byte(tok))].Name != name {
+			t.Errorf("token of %s: %+v", name, c.Clients)
+		}
 	}
 	if c.MemoryLimit != 1<<30 || c.NanoCPUs != 5e8 || c.MaxTimeoutSeconds() != 90 {
 		t.Errorf("limits %+v", c)

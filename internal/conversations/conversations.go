@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -44,14 +45,18 @@ func NewService(folders *files.Folders, signer *files.Signer, rs *runs.Service, 
 // Limits returns the service's limits.
 func (s *Service) Limits() Limits { return s.limits }
 
-// Info describes a file of a conversation, with a fresh download URL.
-func (s *Service) Info(cid string, e files.Entry) runbox.FileInfo {
+// The caller names its conversations by their ids; each method turns the
+// id into the caller's conversation key (runs.ConversationKey), so that no
+// client reaches another's files.
+
+// info describes a file of the conversation key, with a fresh download URL.
+func (s *Service) info(key string, e files.Entry) runbox.FileInfo {
 	return runbox.FileInfo{
 		Name:      e.Name,
 		Path:      "/data/" + e.Name,
 		SizeBytes: e.Size,
 		MimeType:  files.MimeType(e.Name),
-		URL:       s.signer.URL(cid, e.Name),
+		URL:       s.signer.URL(key, e.Name),
 	}
 }
 
@@ -62,32 +67,37 @@ type Uploaded struct {
 }
 
 // Upload stores r as the file name of conversation cid (made when empty).
-func (s *Service) Upload(cid, name string, r io.Reader, overwrite bool) (Uploaded, error) {
+func (s *Service) Upload(ctx context.Context, cid, name string, r io.Reader, overwrite bool) (Uploaded, error) {
 	if cid == "" {
 		cid = runs.NewConversationID()
 	}
-	if !runbox.ValidConversationID(cid) {
-		return Uploaded{}, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
-	}
-	e, err := s.folders.Write(cid, name, r, s.limits.MaxUpload, overwrite)
+	key, err := runs.ConversationKey(ctx, cid)
 	if err != nil {
 		return Uploaded{}, err
 	}
-	return Uploaded{ConversationID: cid, FileInfo: s.Info(cid, e)}, nil
+	if err := s.runs.AdmitConversation(ctx, key); err != nil {
+		return Uploaded{}, err
+	}
+	e, err := s.folders.Write(key, name, r, s.limits.MaxUpload, overwrite)
+	if err != nil {
+		return Uploaded{}, err
+	}
+	return Uploaded{ConversationID: cid, FileInfo: s.info(key, e)}, nil
 }
 
 // List returns a conversation's files.
-func (s *Service) List(cid string) ([]runbox.FileInfo, error) {
-	if !runbox.ValidConversationID(cid) {
-		return nil, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
+func (s *Service) List(ctx context.Context, cid string) ([]runbox.FileInfo, error) {
+	key, err := runs.ConversationKey(ctx, cid)
+	if err != nil {
+		return nil, err
 	}
-	entries, err := s.folders.List(cid)
+	entries, err := s.folders.List(key)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]runbox.FileInfo, len(entries))
 	for i, e := range entries {
-		out[i] = s.Info(cid, e)
+		out[i] = s.info(key, e)
 	}
 	return out, nil
 }
@@ -114,33 +124,36 @@ type File struct {
 // TooLargeError reports a file too large to return inline; URL downloads
 // it.
 type TooLargeError struct {
-	Err *runbox.Error
-	URL string
+	Err  *runbox.Error
+	URL  string
+	Size int64
 }
 
 func (e *TooLargeError) Error() string { return e.Err.Error() }
 func (e *TooLargeError) Unwrap() error { return e.Err }
 
 // Read returns a conversation's file. name may also be a path under /data.
-func (s *Service) Read(cid, name string) (File, error) {
-	if !runbox.ValidConversationID(cid) {
-		return File{}, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
-	}
-	name, err := files.CleanName(name)
+func (s *Service) Read(ctx context.Context, cid, name string) (File, error) {
+	key, err := runs.ConversationKey(ctx, cid)
 	if err != nil {
 		return File{}, err
 	}
-	f, info, err := s.folders.Open(cid, name)
+	name, err = files.CleanName(name)
+	if err != nil {
+		return File{}, err
+	}
+	f, info, err := s.folders.Open(key, name)
 	if err != nil {
 		return File{}, err
 	}
 	defer f.Close()
-	fi := s.Info(cid, files.Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()})
+	fi := s.info(key, files.Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()})
 	if info.Size() > s.limits.MaxRead {
 		return File{}, &TooLargeError{
 			Err: runbox.Errorf(runbox.EArtifactTooLarge, "%s is %d bytes, more than the %d returned inline; download it from url",
 				name, info.Size(), s.limits.MaxRead),
-			URL: fi.URL,
+			URL:  fi.URL,
+			Size: info.Size(),
 		}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, s.limits.MaxRead+1))
@@ -170,7 +183,7 @@ func classify(data []byte) (Kind, string) {
 // Images returns the new images among a run's artifacts, for the result to
 // carry as image content: at most MaxInlineImages, each at most
 // MaxInlineImageBytes.
-func (s *Service) Images(cid string, artifacts []runbox.FileInfo) []File {
+func (s *Service) Images(ctx context.Context, cid string, artifacts []runbox.FileInfo) []File {
 	var out []File
 	for _, a := range artifacts {
 		if len(out) >= s.limits.MaxInlineImages {
@@ -179,7 +192,7 @@ func (s *Service) Images(cid string, artifacts []runbox.FileInfo) []File {
 		if !strings.HasPrefix(a.MimeType, "image/") || a.SizeBytes > s.limits.MaxInlineImageBytes {
 			continue
 		}
-		f, err := s.Read(cid, a.Name)
+		f, err := s.Read(ctx, cid, a.Name)
 		if err != nil || f.Kind != Image {
 			continue
 		}
@@ -188,15 +201,24 @@ func (s *Service) Images(cid string, artifacts []runbox.FileInfo) []File {
 	return out
 }
 
+// ErrClosed reports a conversation that has neither files nor runs still
+// going: never made, or closed already.
+var ErrClosed = runbox.Errorf(runbox.ENotFound, "no such conversation: it was never used or is closed already")
+
 // Close ends a conversation: its runs are cancelled (waiting ones first),
-// and its files deleted.
+// and its files deleted. A conversation with neither files nor runs still
+// going is ErrClosed.
 func (s *Service) Close(ctx context.Context, cid string) error {
-	if !runbox.ValidConversationID(cid) {
-		return runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
-	}
-	list, err := s.store.Runs(ctx, cid, 1000)
+	key, err := runs.ConversationKey(ctx, cid)
 	if err != nil {
 		return err
+	}
+	list, err := s.store.Runs(ctx, "", key, 1000)
+	if err != nil {
+		return err
+	}
+	if !s.folders.Exists(key) && !slices.ContainsFunc(list, func(r runbox.Run) bool { return !r.Status.Final() }) {
+		return ErrClosed
 	}
 	// Newest first: the waiting runs go before the running head, which
 	// then has nothing to hand on to.
@@ -210,8 +232,8 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 	}
 	// The executors drop its warm sandboxes; one that has not yet would
 	// not be used again, as it mounts the folder removed here.
-	if err := s.store.PublishClosed(ctx, cid); err != nil {
+	if err := s.store.PublishClosed(ctx, key); err != nil {
 		return err
 	}
-	return s.folders.Remove(cid)
+	return s.folders.Remove(key)
 }

@@ -45,15 +45,27 @@ func (j *Janitor) Sweep(ctx context.Context) {
 		if err != nil || busy {
 			continue
 		}
+		// Under the conversation's lock, the folder's last use and the
+		// store's busy flag are looked at again: a run may have started
+		// since (its executor marks the use under the same lock).
+		stillIdle := func(threshold time.Duration) func(time.Time) bool {
+			return func(lastUse time.Time) bool {
+				if time.Since(lastUse) < threshold {
+					return false
+				}
+				busy, err := j.store.Busy(ctx, c.ID)
+				return err == nil && !busy
+			}
+		}
 		if j.retention > 0 && idle >= j.retention {
-			if err := j.folders.Remove(c.ID); err != nil {
+			if done, err := j.folders.RemoveIdle(c.ID, stillIdle(j.retention)); err != nil {
 				j.log.Warn("remove expired conversation", "conversation", c.ID, "err", err)
-			} else {
+			} else if done {
 				j.log.Info("removed a conversation past its retention", "conversation", c.ID, "idle", idle.Round(time.Second))
 			}
 			continue
 		}
-		if err := j.folders.Release(c.ID); err != nil {
+		if _, err := j.folders.Release(c.ID, stillIdle(j.idle)); err != nil {
 			j.log.Warn("release idle conversation", "conversation", c.ID, "err", err)
 		}
 	}

@@ -33,7 +33,11 @@ const (
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
 	reapInterval             = time.Minute
-	pruneInterval            = 30 * time.Second
+	// deadReapInterval is how often an executor looks for the sandboxes
+	// of a dead peer; with the heartbeat TTL it bounds how long they
+	// outlive it (~25 s).
+	deadReapInterval = 15 * time.Second
+	pruneInterval    = 30 * time.Second
 )
 
 // Causes of a run's cancellation.
@@ -161,6 +165,7 @@ func (e *Executor) Start(ctx context.Context) error {
 			e.log.Warn("removed dangling sandboxes", "count", n)
 		}
 	})
+	e.every(bg, deadReapInterval, e.reapDead)
 	wd := NewWatchdog(e.store, e.sched, e.log)
 	e.every(bg, WatchdogInterval, wd.Check)
 	e.background.Go(func() { e.fillPool(bg) })
@@ -179,6 +184,27 @@ func (e *Executor) heartbeat(ctx context.Context) error {
 	return e.store.Heartbeat(ctx, store.ExecutorInfo{
 		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
 	}, 5*e.cfg.HeartbeatInterval)
+}
+
+// reapDead removes the sandboxes of this deployment's executors whose
+// heartbeat lapsed. A container younger than a heartbeat TTL is left
+// alone: its executor may not have registered yet.
+func (e *Executor) reapDead(ctx context.Context) {
+	infos, err := e.store.Executors(ctx)
+	if err != nil {
+		e.log.Warn("reap the sandboxes of dead executors", "err", err)
+		return
+	}
+	alive := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		alive[info.ID] = true
+	}
+	n, err := e.sandboxes.ReapDead(ctx, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
+	if err != nil {
+		e.log.Warn("reap the sandboxes of dead executors", "err", err)
+	} else if n > 0 {
+		e.log.Info("removed the sandboxes of dead executors", "count", n)
+	}
 }
 
 // renew keeps this executor registered and its runs' leases current, and

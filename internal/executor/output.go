@@ -9,13 +9,21 @@ import (
 	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
+// maxOutputEvents bounds the output events of a run: a program that
+// writes a byte at a time would otherwise cost an event (and its overhead
+// in Redis) per byte. Past it, output is still kept for the result and
+// published in one event per stream when the run ends.
+const maxOutputEvents = 1000
+
 // output keeps the first max bytes of each stream for the result and
 // publishes them as events as they come, each event ending on a whole
 // UTF-8 character. Beyond max, output is counted and flagged, not kept and
-// not published: the event log of a run stays bounded.
+// not published: the event log of a run stays bounded in bytes, and by
+// maxOutputEvents in events.
 type output struct {
 	stdout, stderr capped
 	publish        func(...runbox.Event)
+	events         int // output events published
 }
 
 func newOutput(max int, publish func(...runbox.Event)) *output {
@@ -31,7 +39,13 @@ func (o *output) write(s sandbox.Stream, p []byte) {
 	if s == sandbox.Stderr {
 		c = &o.stderr
 	}
-	if data := c.add(p); data != "" {
+	data := c.add(p)
+	switch {
+	case data == "":
+	case o.events >= maxOutputEvents:
+		c.published -= len(data) // held for flush
+	default:
+		o.events++
 		o.publish(runbox.Event{TS: time.Now(), Type: c.typ, Data: data})
 	}
 }

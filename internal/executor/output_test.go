@@ -61,3 +61,35 @@ func TestOutputCountsBeyondTheCap(t *testing.T) {
 		t.Errorf("total %d kept %d truncated %v", o.stderr.total, len(o.stderr.kept), o.stderr.truncated)
 	}
 }
+
+func TestOutputEventsBounded(t *testing.T) {
+	var events []runbox.Event
+	o := newOutput(1<<20, func(evs ...runbox.Event) { events = append(events, evs...) })
+	// A byte at a time, on both streams: more writes than events allowed.
+	var want [2]strings.Builder
+	for i := range 3 * maxOutputEvents {
+		s, b := sandbox.Stdout, byte('a'+i%26)
+		if i%3 == 0 {
+			s = sandbox.Stderr
+		}
+		o.write(s, []byte{b})
+		want[s-1].WriteByte(b)
+	}
+	o.flush()
+	if len(events) > maxOutputEvents+2 {
+		t.Errorf("%d events for %d writes, want at most %d", len(events), 3*maxOutputEvents, maxOutputEvents+2)
+	}
+	var got [2]strings.Builder
+	for _, ev := range events {
+		if ev.Type == runbox.EventStdout {
+			got[0].WriteString(ev.Data)
+		} else {
+			got[1].WriteString(ev.Data)
+		}
+	}
+	for i := range got {
+		if got[i].String() != want[i].String() {
+			t.Errorf("stream %d: published %d bytes, wrote %d", i+1, got[i].Len(), want[i].Len())
+		}
+	}
+}

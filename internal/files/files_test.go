@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -417,5 +418,96 @@ func TestSlots(t *testing.T) {
 				t.Errorf("conversations %v", convs)
 			}
 		})
+	}
+}
+
+// TestWalkBounded: walk mode counts every entry (empty files included) and
+// stops, reporting the folder full, past the entry limit or the quota.
+func TestWalkBounded(t *testing.T) {
+	tests := []struct {
+		name  string
+		files int  // entries the limit allows
+		make  int  // empty files to create
+		full  bool // reported full
+	}{
+		{"within both", 100, 50, false},
+		{"past the entry limit", 100, 150, true},
+		{"empty files cost their inode", 0, 300, true}, // 300 × 4 KiB > 1 MiB
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			f, err := NewFolders(root, Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Files: tt.files, Mode: QuotaWalk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, err := f.Ensure("c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tt.make {
+				if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			used, free, err := f.Usage("c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if full := free == 0 && used >= 1<<20; full != tt.full {
+				t.Errorf("used %d free %d: full = %v, want %v", used, free, full, tt.full)
+			}
+		})
+	}
+}
+
+// TestLoopRemountsOnRead: a conversation whose image the janitor released
+// is mounted again by the first read, which sees its files.
+func TestLoopRemountsOnRead(t *testing.T) {
+	needLoop(t, QuotaLoop)
+	root := t.TempDir()
+	t.Cleanup(func() { unmountAll(root) })
+	f, err := NewFolders(root, Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 4 << 20, Mode: QuotaLoop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := f.Ensure("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idle := func(time.Time) bool { return true }
+	if done, err := f.Release("c", idle); !done || err != nil {
+		t.Fatalf("release: %v, %v", done, err)
+	}
+	for name, read := range map[string]func() bool{
+		"list": func() bool { l, err := f.List("c"); return err == nil && len(l) == 1 },
+		"open": func() bool { file, _, err := f.Open("c", "kept.txt"); file.Close(); return err == nil },
+	} {
+		if _, err := f.Release("c", idle); err != nil {
+			t.Fatal(err)
+		}
+		if !read() {
+			t.Errorf("%s after release does not see the file", name)
+		}
+	}
+	// A conversation used since the caller looked is not released.
+	if done, _ := f.Release("c", func(time.Time) bool { return false }); done {
+		t.Error("released a conversation its check kept")
+	}
+}
+
+func TestCleanNameMntData(t *testing.T) {
+	for in, want := range map[string]string{"/mnt/data/a/b.csv": "a/b.csv", "/data/x.png": "x.png", "y.txt": "y.txt"} {
+		if got, err := CleanName(in); err != nil || got != want {
+			t.Errorf("CleanName(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"/mnt/data/../etc/passwd", "/mnt/data/", "/mnt/other/x"} {
+		if _, err := CleanName(bad); err == nil {
+			t.Errorf("CleanName(%q) accepted", bad)
+		}
 	}
 }

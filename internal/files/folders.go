@@ -45,6 +45,9 @@ type Options struct {
 	UID, GID int
 	// Quota bounds the bytes of one conversation's files.
 	Quota int64
+	// Files bounds the entries of one conversation's files in walk mode
+	// (a loop-mounted image has its own inode count); 0 is no bound.
+	Files int
 	Mode  QuotaMode
 }
 
@@ -53,7 +56,7 @@ func NewFolders(root string, opts Options) (*Folders, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("create sandbox root: %w", err)
 	}
-	sp, err := newSpace(opts.Mode, root, opts.Quota, opts.UID, opts.GID)
+	sp, err := newSpace(opts.Mode, root, opts.Quota, opts.Files, opts.UID, opts.GID)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func (f *Folders) lock(cid string) (unlock func(), err error) {
 // sandbox user and bounded by the quota, marks it used now, and returns
 // its host path.
 func (f *Folders) Ensure(cid string) (string, error) {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	unlock, err := f.lock(cid)
@@ -113,18 +116,39 @@ func (f *Folders) Ensure(cid string) (string, error) {
 	return dir, nil
 }
 
+// remount puts back the disk image of a conversation the janitor
+// released, so that a read (a listing, a download) sees its files rather
+// than the empty folder under the mount. A conversation with no image is
+// left as it is: reading never creates one.
+func (f *Folders) remount(cid string) error {
+	if !f.space.hard() {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(f.convDir(cid), "files.img")); err != nil {
+		return nil
+	}
+	if mounted, err := isMountPoint(f.Path(cid)); err != nil || mounted {
+		return err
+	}
+	_, err := f.Ensure(cid)
+	return err
+}
+
 // Usage returns the bytes a conversation's files use and how many more
 // they may.
 func (f *Folders) Usage(cid string) (used, free int64, err error) {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return 0, 0, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	if err := f.remount(cid); err != nil {
+		return 0, 0, err
 	}
 	return f.space.usage(f.Path(cid))
 }
 
 // Remove deletes a conversation's files.
 func (f *Folders) Remove(cid string) error {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	unlock, err := f.lock(cid)
@@ -141,15 +165,65 @@ func (f *Folders) Remove(cid string) error {
 	return nil
 }
 
-// Release unmounts a conversation's files, if they are mounted. The caller
-// makes sure no sandbox uses them.
-func (f *Folders) Release(cid string) error {
+// Release unmounts a conversation's files, if they are mounted, when idle
+// still says so under the conversation's lock (which Ensure takes to mark
+// a use): a conversation used since the caller looked is left alone.
+func (f *Folders) Release(cid string, idle func(lastUse time.Time) bool) (bool, error) {
+	return f.ifIdle(cid, idle, func() error { return f.space.release(f.Path(cid)) })
+}
+
+// RemoveIdle deletes a conversation's files when idle still says so under
+// the conversation's lock.
+func (f *Folders) RemoveIdle(cid string, idle func(lastUse time.Time) bool) (bool, error) {
+	return f.ifIdle(cid, idle, func() error {
+		if err := f.space.release(f.Path(cid)); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(f.convDir(cid)); err != nil {
+			return fmt.Errorf("remove conversation folder: %w", err)
+		}
+		return nil
+	})
+}
+
+func (f *Folders) ifIdle(cid string, idle func(time.Time) bool, do func() error) (bool, error) {
+	if !runbox.ValidConversationKey(cid) {
+		return false, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
 	unlock, err := f.lock(cid)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unlock()
-	return f.space.release(f.Path(cid))
+	info, err := os.Stat(f.convDir(cid))
+	if err != nil {
+		return false, fmt.Errorf("read conversation folder: %w", err)
+	}
+	if !idle(info.ModTime()) {
+		return false, nil
+	}
+	return true, do()
+}
+
+// ClientUsage returns the bytes the conversations of a client take
+// together.
+func (f *Folders) ClientUsage(client string) (int64, error) {
+	convs, err := f.Conversations()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, c := range convs {
+		if owner, _, _ := runbox.ParseConversationKey(c.ID); owner != client {
+			continue
+		}
+		used, _, err := f.Usage(c.ID)
+		if err != nil {
+			return 0, err
+		}
+		total += used
+	}
+	return total, nil
 }
 
 // Conversation is a conversation folder and its last use.
@@ -166,7 +240,7 @@ func (f *Folders) Conversations() ([]Conversation, error) {
 	}
 	var out []Conversation
 	for _, e := range entries {
-		if !e.IsDir() || !runbox.ValidConversationID(e.Name()) {
+		if !e.IsDir() || !runbox.ValidConversationKey(e.Name()) {
 			continue
 		}
 		info, err := e.Info()
@@ -188,8 +262,11 @@ type Entry struct {
 // List returns the regular files of a conversation, sorted by name.
 // Symlinks and special files are left out; a missing folder has no files.
 func (f *Folders) List(cid string) ([]Entry, error) {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return nil, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	if err := f.remount(cid); err != nil {
+		return nil, err
 	}
 	root, err := os.OpenRoot(f.Path(cid))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -250,10 +327,14 @@ func Changed(before, after []Entry) []Entry {
 }
 
 // CleanName checks a slash-separated path relative to /data (a name from a
-// listing, or a client's "path" with or without /data/) and returns it
-// clean.
+// listing, or a client's "path" with or without /data/ or /mnt/data/, the
+// same folder in every sandbox) and returns it clean.
 func CleanName(name string) (string, error) {
-	name = strings.TrimPrefix(name, "/data/")
+	if rest, ok := strings.CutPrefix(name, "/mnt/data/"); ok {
+		name = rest
+	} else {
+		name = strings.TrimPrefix(name, "/data/")
+	}
 	bad := name == "" || len(name) > 1024 || strings.ContainsRune(name, 0) ||
 		strings.HasPrefix(name, "/") || strings.Contains(name, "\\")
 	if !bad {
@@ -274,11 +355,14 @@ func CleanName(name string) (string, error) {
 // a link out of the folder and never opens anything but a regular file (a
 // FIFO would block the reader).
 func (f *Folders) Open(cid, name string) (*os.File, fs.FileInfo, error) {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return nil, nil, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	name, err := CleanName(name)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := f.remount(cid); err != nil {
 		return nil, nil, err
 	}
 	root, err := os.OpenRoot(f.Path(cid))

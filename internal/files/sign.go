@@ -16,10 +16,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // Signer makes and checks download URLs:
-// <base>/files/<cid>/<name>?exp=<unix>&sig=<hex HMAC-SHA256 of "<cid>/<name>\n<exp>">.
+// <base>/files/<conv>/<name>?exp=<unix>&sig=<hex HMAC-SHA256 of "<conv>/<name>\n<exp>">,
+// where <conv> is the conversation's URL path: its id for the client
+// "default", "~<client>/<id>" for another (runbox.ConversationURLPath).
 type Signer struct {
 	secret []byte
 	base   string
@@ -32,26 +36,51 @@ func NewSigner(secret []byte, base string, ttl time.Duration) *Signer {
 	return &Signer{secret: secret, base: strings.TrimRight(base, "/"), ttl: ttl, now: time.Now}
 }
 
-func (s *Signer) mac(cid, name string, exp int64) []byte {
+func (s *Signer) mac(key, name string, exp int64) []byte {
 	h := hmac.New(sha256.New, s.secret)
-	fmt.Fprintf(h, "%s/%s\n%d", cid, name, exp)
+	fmt.Fprintf(h, "%s/%s\n%d", runbox.ConversationURLPath(key), name, exp)
 	return h.Sum(nil)
 }
 
-// URL returns a signed download URL for a conversation's file.
-func (s *Signer) URL(cid, name string) string {
+// URL returns a signed download URL for a file of the conversation key.
+func (s *Signer) URL(key, name string) string {
 	exp := s.now().Add(s.ttl).Unix()
-	segs := strings.Split(name, "/")
+	segs := strings.Split(runbox.ConversationURLPath(key)+"/"+name, "/")
 	for i, seg := range segs {
 		segs[i] = url.PathEscape(seg)
 	}
-	return fmt.Sprintf("%s/files/%s/%s?exp=%d&sig=%s", s.base, url.PathEscape(cid), strings.Join(segs, "/"),
-		exp, hex.EncodeToString(s.mac(cid, name, exp)))
+	return fmt.Sprintf("%s/files/%s?exp=%d&sig=%s", s.base, strings.Join(segs, "/"),
+		exp, hex.EncodeToString(s.mac(key, name, exp)))
 }
 
-// Verify reports whether sig signs cid/name until exp and exp has not
-// passed. The comparison takes constant time.
-func (s *Signer) Verify(cid, name, exp, sig string) bool {
+// ParseURLPath splits the escaped path of a download URL after /files/
+// into the conversation's key and the file's name.
+func ParseURLPath(escaped string) (key, name string, ok bool) {
+	p, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", "", false
+	}
+	client, rest := runbox.DefaultClient, p
+	if r, named := strings.CutPrefix(p, "~"); named {
+		client, rest, ok = strings.Cut(r, "/")
+		if !ok || client == runbox.DefaultClient || !runbox.ValidClientName(client) {
+			return "", "", false
+		}
+	}
+	id, name, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	key, err = runbox.ConversationKey(client, id)
+	if err != nil {
+		return "", "", false
+	}
+	return key, name, true
+}
+
+// Verify reports whether sig signs the file name of the conversation key
+// until exp and exp has not passed. The comparison takes constant time.
+func (s *Signer) Verify(key, name, exp, sig string) bool {
 	e, err := strconv.ParseInt(exp, 10, 64)
 	if err != nil || s.now().Unix() > e {
 		return false
@@ -60,7 +89,7 @@ func (s *Signer) Verify(cid, name, exp, sig string) bool {
 	if err != nil {
 		return false
 	}
-	return hmac.Equal(got, s.mac(cid, name, e))
+	return hmac.Equal(got, s.mac(key, name, e))
 }
 
 // LoadOrCreateSecret returns the key kept in file, making a random one the

@@ -51,7 +51,7 @@ var ErrConversationExists = errors.New("the conversation has a folder")
 // with ErrConversationExists if cid has a folder (made meanwhile by an
 // upload, say): the rename never replaces anything.
 func (f *Folders) Adopt(slotFiles, cid string) (string, error) {
-	if !runbox.ValidConversationID(cid) {
+	if !runbox.ValidConversationKey(cid) {
 		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	slot := filepath.Dir(slotFiles)

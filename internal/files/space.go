@@ -1,16 +1,18 @@
 package files
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // A conversation's files never exceed its quota. Two ways of holding them
@@ -50,8 +52,8 @@ const (
 )
 
 // newSpace picks the space for mode, probing the host in auto mode.
-func newSpace(mode QuotaMode, root string, quota int64, uid, gid int) (space, error) {
-	walk := walkSpace{quota: quota, uid: uid, gid: gid}
+func newSpace(mode QuotaMode, root string, quota int64, files, uid, gid int) (space, error) {
+	walk := walkSpace{quota: quota, files: files, uid: uid, gid: gid}
 	loop := loopSpace{quota: quota, uid: uid, gid: gid, walk: walk}
 	switch mode {
 	case QuotaWalk:
@@ -71,8 +73,19 @@ func newSpace(mode QuotaMode, root string, quota int64, uid, gid int) (space, er
 
 type walkSpace struct {
 	quota    int64
+	files    int // most entries (files, folders, links) a conversation may hold
 	uid, gid int
 }
+
+// walkTime bounds one measurement of a folder. A folder that cannot be
+// measured in that time is reported full: a program must not make its
+// own quota check too slow to finish.
+const walkTime = 10 * time.Second
+
+// minEntryBytes is what an entry counts for at least, whatever its size:
+// an empty file takes no block but an inode, and a million of them must
+// not be free.
+const minEntryBytes = 4096
 
 func (w walkSpace) hard() bool { return false }
 
@@ -92,6 +105,10 @@ func (w walkSpace) prepare(_, filesDir string) error {
 	return nil
 }
 
+// usage walks the folder. The walk is bounded: past the quota in bytes,
+// past w.files entries, or past walkTime, it stops and reports the folder
+// full (used = quota), so that neither a huge tree nor a deep one buys a
+// program time over its quota.
 func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 	root, err := os.OpenRoot(filesDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -101,10 +118,18 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 		return 0, 0, err
 	}
 	defer root.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), walkTime)
+	defer cancel()
 	var used int64
+	entries, full := 0, false
 	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
+		}
+		entries++
+		if (w.files > 0 && entries > w.files) || ctx.Err() != nil {
+			full = true
+			return fs.SkipAll
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -116,9 +141,16 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			size = max(st.Blocks*512, 0)
 		}
-		used += size
+		used += max(size, minEntryBytes)
+		if used > w.quota {
+			full = true
+			return fs.SkipAll
+		}
 		return nil
 	})
+	if full {
+		used = max(used, w.quota)
+	}
 	return used, max(w.quota-used, 0), err
 }
 
@@ -257,44 +289,15 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-// isMountPoint reports whether dir is a mount point, from
-// /proc/self/mountinfo.
+// isMountPoint reports whether dir is a mount point.
 func isMountPoint(dir string) (bool, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return false, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
+	mounted, err := mountinfo.Mounted(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountPath(fields[4]) == dir {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return mounted, err
 }

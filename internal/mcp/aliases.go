@@ -17,9 +17,6 @@ type alias struct {
 var toolAliases = map[string]alias{
 	"sandbox.run_code":     {tool: "run_code"},
 	"sandbox.list_runners": {tool: "list_runners"},
-	"run_python":           {tool: "run_code", language: "python"},
-	"list_artifacts":       {tool: "list_files"},
-	"read_artifact":        {tool: "read_file"},
 }
 
 // aliases rewrites calls of an alias into calls of its tool.

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"errors"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -13,24 +14,37 @@ import (
 )
 
 func addFileTools(s *Server) {
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "upload_file",
 		Description: "Put a file into a conversation's /data, for programs to read. content_base64 is the file's bytes in base64. " +
 			"Names are plain file names (letters, digits, '.', '_', '-').",
-	}, s.uploadFile)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.uploadFile)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "list_files",
 		Description: "List the files in a conversation's /data, with sizes, types and download URLs.",
-	}, s.listFiles)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.listFiles)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "read_file",
 		Description: "Return a file from a conversation's /data: images as images (to look at a chart), " +
 			"text as text, anything else as a base64 resource; with its download URL.",
-	}, s.readFile)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.readFile)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "close_session",
 		Description: "End a conversation: cancel its runs and delete its files.",
-	}, s.closeSession)
+	}), s.closeSession)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+		Name: "run_python",
+		Description: "Run Python in a session's sandbox (the Python sandbox PRD's tool): files live in /mnt/data/. " +
+			"Returns session_id, exit_code, stdout, stderr and the artifacts the run wrote, with download URLs.",
+	}), s.runPython)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+		Name:        "read_artifact",
+		Description: "Return a file of a session by its path under /mnt/data/, base64-encoded (images also as images).",
+	}), s.readArtifact)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+		Name:        "list_artifacts",
+		Description: "List the files in a session's /mnt/data/.",
+	}), s.listArtifacts)
 }
 
 // UploadFileInput are upload_file's arguments.
@@ -52,11 +66,11 @@ func (s *Server) uploadFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in U
 	if err != nil {
 		return s.toolError(ctx, runbox.Errorf(runbox.EInvalid, "content_base64 is not valid base64"))
 	}
-	up, err := s.convs.Upload(cmp.Or(in.ConversationID, in.SessionID), in.Filename, bytes.NewReader(data), in.Overwrite)
+	up, err := s.convs.Upload(ctx, cmp.Or(in.ConversationID, in.SessionID), in.Filename, bytes.NewReader(data), in.Overwrite)
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
-	return nil, up, nil
+	return nil, uploaded(up, in.ConversationID != ""), nil
 }
 
 // ConversationInput names a conversation.
@@ -73,7 +87,7 @@ type FileList struct {
 }
 
 func (s *Server) listFiles(ctx context.Context, _ *mcpsdk.CallToolRequest, in ConversationInput) (*mcpsdk.CallToolResult, any, error) {
-	list, err := s.convs.List(in.id())
+	list, err := s.convs.List(ctx, in.id())
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
@@ -92,7 +106,7 @@ type ReadFileInput struct {
 }
 
 func (s *Server) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in ReadFileInput) (*mcpsdk.CallToolResult, any, error) {
-	f, err := s.convs.Read(cmp.Or(in.ConversationID, in.SessionID), cmp.Or(in.Name, in.Path))
+	f, err := s.convs.Read(ctx, cmp.Or(in.ConversationID, in.SessionID), cmp.Or(in.Name, in.Path))
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
@@ -109,8 +123,13 @@ func (s *Server) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in Rea
 }
 
 func (s *Server) closeSession(ctx context.Context, _ *mcpsdk.CallToolRequest, in ConversationInput) (*mcpsdk.CallToolResult, any, error) {
-	if err := s.convs.Close(ctx, in.id()); err != nil {
+	err := s.convs.Close(ctx, in.id())
+	if errors.Is(err, conversations.ErrClosed) {
+		// The PRD's code and words, which both kinds of client accept.
+		return s.toolError(ctx, runbox.Errorf(runbox.ESessionNotFound, "No active session with id %s", in.id()))
+	}
+	if err != nil {
 		return s.toolError(ctx, err)
 	}
-	return nil, map[string]string{"status": "closed"}, nil
+	return nil, Closed{Status: "closed", ConversationID: in.id(), SessionID: in.id()}, nil
 }

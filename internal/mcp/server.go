@@ -14,6 +14,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/runs"
@@ -36,92 +37,95 @@ type Server struct {
 	convs *conversations.Service
 	log   *slog.Logger
 	sdk   *mcpsdk.Server
+	// Audit, when set before use, records every tool call.
+	Audit *audit.Recorder
+	// stopping ends when the api stops: callers that go then do not
+	// cancel their runs.
+	stopping context.Context
 }
 
 // New builds the MCP server with every tool.
-func New(rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
-	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp")}
+// stopping ends when the api stops.
+func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
+	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping}
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "run_code",
 		Description: "Run a program and wait for it to finish. Returns stdout, stderr, the exit code and every file " +
 			"in /data with a download URL. language is python, typescript or bash. Pass the same conversationId " +
 			"to keep working with the same files.",
-	}, s.runCode)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.runCode)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "list_runners",
 		Description: "List the languages that can be run, with their image and version.",
-	}, s.listRunners)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.listRunners)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "start_run",
 		Description: "Start a program and return at once with its run_id; follow it with get_run. " +
 			"With interactive: true its stdin stays open for send_stdin.",
-	}, s.startRun)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.startRun)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "get_run",
 		Description: "A run's status, its events after after_seq (output as it was produced), and its result once done. " +
 			"wait_seconds waits for new events; pass the returned last_seq as after_seq to page on.",
-	}, s.getRun)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.getRun)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "cancel_run",
 		Description: "Cancel a run: a queued one never starts, a running one is killed. Files written so far are kept.",
-	}, s.cancelRun)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.cancelRun)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "list_runs",
 		Description: "Recent runs with their status, newest first: a conversation's, or all.",
-	}, s.listRuns)
-	mcpsdk.AddTool(s.sdk, &mcpsdk.Tool{
+	}), s.listRuns)
+	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name:        "send_stdin",
 		Description: "Send input to a run started with interactive: true; eof: true closes its stdin.",
-	}, s.sendStdin)
+	}), s.sendStdin)
 	addFileTools(s)
-	s.sdk.AddReceivingMiddleware(aliases)
+	// Outermost first: a call is recorded before it is counted, so that a
+	// refused call is in the log too.
+	s.sdk.AddReceivingMiddleware(aliases, s.recordCalls, s.countCalls)
 	return s
+}
+
+// run submits a run and follows it to its end, streaming its output as
+// progress and cancelling it if the caller goes; a tool error comes back
+// as a result.
+func (s *Server) run(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.Request) (*runbox.Result, *mcpsdk.CallToolResult, error) {
+	run, err := s.runs.Submit(ctx, in.Spec(), in.IdempotencyKey)
+	if err != nil {
+		res, _, err := s.toolError(ctx, err)
+		return nil, res, err
+	}
+	s.log.Debug("run submitted", "run", run.ID, "client", auth.Client(ctx))
+	defer s.cancelWhenGone(ctx, run.ID)()
+	onEvent, stopProgress := s.startProgress(ctx, req)
+	res, err := s.runs.Wait(ctx, run.ID, 0, onEvent)
+	stopProgress()
+	if err != nil {
+		res, _, err := s.toolError(ctx, err)
+		return nil, res, err
+	}
+	return res, nil, nil
 }
 
 // SDK returns the SDK server, for transports.
 func (s *Server) SDK() *mcpsdk.Server { return s.sdk }
 
 func (s *Server) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.Request) (*mcpsdk.CallToolResult, any, error) {
-	run, err := s.runs.Submit(ctx, in.Spec(), in.IdempotencyKey)
-	if err != nil {
-		return s.toolError(ctx, err)
-	}
-	s.log.Debug("run submitted", "run", run.ID, "client", auth.Client(ctx))
-	res, err := s.runs.Wait(ctx, run.ID, 0, s.progress(ctx, req))
-	if err != nil {
-		return s.toolError(ctx, err)
+	res, errResult, err := s.run(ctx, req, in)
+	if errResult != nil || err != nil {
+		return errResult, nil, err
 	}
 	out := resultContent(res)
+	out.Content = append(out.Content, resourceLinks(res.Artifacts)...)
 	// New charts come along as images, so that the model can look at them.
-	for _, img := range s.convs.Images(res.ConversationID, res.Artifacts) {
+	for _, img := range s.convs.Images(ctx, res.ConversationID, res.Artifacts) {
 		out.Content = append(out.Content, &mcpsdk.ImageContent{Data: img.Data, MIMEType: img.ContentType})
 	}
 	return out, res, nil
-}
-
-// progress returns an event handler that streams a run's output to the
-// client as progress notifications, when the client asked for progress.
-func (s *Server) progress(ctx context.Context, req *mcpsdk.CallToolRequest) func(runbox.Event) {
-	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil {
-		return nil
-	}
-	return func(ev runbox.Event) {
-		if ev.Type != runbox.EventStdout && ev.Type != runbox.EventStderr {
-			return
-		}
-		err := req.Session.NotifyProgress(ctx, &mcpsdk.ProgressNotificationParams{
-			ProgressToken: token,
-			Progress:      float64(ev.Seq),
-			Message:       ev.Data,
-		})
-		if err != nil {
-			s.log.Debug("progress notification", "err", err)
-		}
-	}
 }
 
 // RunRef names a run.
@@ -203,7 +207,7 @@ func (s *Server) sendStdin(ctx context.Context, _ *mcpsdk.CallToolRequest, in Se
 	if err := s.runs.SendStdin(ctx, in.RunID, in.Data, in.EOF); err != nil {
 		return s.toolError(ctx, err)
 	}
-	return nil, map[string]bool{"ok": true}, nil
+	return nil, OK{OK: true}, nil
 }
 
 // resultContent is a run's result for clients without structured output: a
@@ -235,6 +239,8 @@ type ToolError struct {
 	Message string `json:"message"`
 	// URL downloads a file too large to return inline.
 	URL string `json:"url,omitempty"`
+	// RetryAfterSeconds tells a limited client when to come back.
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
 }
 
 // toolError turns err into an isError result. Unexpected errors are logged
@@ -247,14 +253,20 @@ func (s *Server) toolError(ctx context.Context, err error) (*mcpsdk.CallToolResu
 		}
 		s.log.Error("tool failed", "err", err)
 	}
-	body := ToolError{Error: code, Message: runbox.ErrorMessage(err)}
+	body := ToolError{Error: code, Message: runbox.ErrorMessage(err), RetryAfterSeconds: runbox.RetryAfterSeconds(err)}
 	if tl, ok := errors.AsType[*conversations.TooLargeError](err); ok {
 		body.URL = tl.URL
 	}
+	return errorResult(body), nil, nil
+}
+
+// errorResult is a tool error with body as its text and structured
+// content.
+func errorResult(body any) *mcpsdk.CallToolResult {
 	b, _ := json.Marshal(body)
 	return &mcpsdk.CallToolResult{
 		IsError:           true,
 		Content:           []mcpsdk.Content{&mcpsdk.TextContent{Text: string(b)}},
 		StructuredContent: body,
-	}, nil, nil
+	}
 }

@@ -49,7 +49,7 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	}
 	signer := files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour)
 	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
-	srv := New(svc, convs, log)
+	srv := New(context.Background(), svc, convs, log)
 
 	f := &fixture{store: st}
 
@@ -72,7 +72,7 @@ func (f *fixture) finish(t *testing.T, cid string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		runs, _ := f.store.Runs(ctx, cid, 10)
+		runs, _ := f.store.Runs(ctx, "", cid, 10)
 		for _, r := range runs {
 			id := r.ID
 			if ok, _ := f.store.Claim(ctx, id, "fake", time.Minute); !ok {
@@ -109,7 +109,7 @@ func TestRunCodeAndAliases(t *testing.T) {
 		progress[r.Params.ProgressToken] += r.Params.Message
 		mu.Unlock()
 	}})
-	for _, name := range []string{"run_code", "sandbox.run_code", "run_python"} {
+	for _, name := range []string{"run_code", "sandbox.run_code"} {
 		t.Run(name, func(t *testing.T) {
 			cid := strings.ReplaceAll(name, ".", "-")
 			params := &mcpsdk.CallToolParams{Name: name, Arguments: map[string]any{"language": "python", "code": "print(1)", "session_id": cid}}

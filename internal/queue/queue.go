@@ -62,22 +62,48 @@ func Decode(t *asynq.Task) (Payload, error) {
 
 // Client enqueues runs.
 type Client struct {
-	c *asynq.Client
+	c  *asynq.Client
+	in *asynq.Inspector
 }
 
 // NewClient returns a client on the Redis at opt.
-func NewClient(opt asynq.RedisConnOpt) *Client { return &Client{c: asynq.NewClient(opt)} }
+func NewClient(opt asynq.RedisConnOpt) *Client {
+	return &Client{c: asynq.NewClient(opt), in: asynq.NewInspector(opt)}
+}
 
-// Close closes the client's connection.
-func (c *Client) Close() error { return c.c.Close() }
+// Close closes the client's connections.
+func (c *Client) Close() error { return errors.Join(c.c.Close(), c.in.Close()) }
 
-// Enqueue queues a run. A run that is already queued is left as it is.
+// Enqueue queues a run. A run whose task is already waiting or being
+// handled is left as it is. A task of the run that asynq has finished
+// with — archived after a failure between dequeue and claim (an executor
+// killed, a Redis blip), or completed — is replaced: the run is still
+// queued, and left so its conversation would wait forever. The store's
+// claim keeps it from running twice, whatever happened to the old task.
 func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duration) error {
 	t, err := NewTask(runID, timeout)
 	if err != nil {
 		return err
 	}
-	_, err = c.c.EnqueueContext(ctx, t)
+	for range 2 {
+		_, err = c.c.EnqueueContext(ctx, t)
+		if !errors.Is(err, asynq.ErrTaskIDConflict) {
+			break
+		}
+		info, ierr := c.in.GetTaskInfo(Name, runID)
+		if ierr != nil {
+			if errors.Is(ierr, asynq.ErrTaskNotFound) {
+				continue // gone since: enqueue again
+			}
+			return fmt.Errorf("enqueue run %s: inspect its task: %w", runID, ierr)
+		}
+		if info.State != asynq.TaskStateArchived && info.State != asynq.TaskStateCompleted {
+			return nil // waiting or being handled
+		}
+		if derr := c.in.DeleteTask(Name, runID); derr != nil && !errors.Is(derr, asynq.ErrTaskNotFound) {
+			return fmt.Errorf("enqueue run %s: replace its finished task: %w", runID, derr)
+		}
+	}
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("enqueue run %s: %w", runID, err)
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -56,5 +57,77 @@ func TestSweepRepairsHandOver(t *testing.T) {
 	heads, _ := st.Heads(ctx)
 	if len(heads) != 2 {
 		t.Errorf("heads %v", heads)
+	}
+}
+
+// TestSweepReplacesArchivedHead: a head whose task failed between dequeue
+// and claim (asynq archives it: runs are never retried) is still queued in
+// the store; the sweep replaces the dead task instead of leaving the
+// conversation waiting behind it forever.
+func TestSweepReplacesArchivedHead(t *testing.T) {
+	url := testenv.Redis(t)
+	st := store.New(testenv.Client(t, url))
+	opt, _ := RedisOpt(url)
+	q := NewClient(opt)
+	defer q.Close()
+	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	_, _, err := st.CreateRun(ctx, store.NewRun{
+		Run:        runbox.Run{ID: "stuck", ConversationID: "conv", Language: "bash", CreatedAt: time.Now().Add(-time.Minute)},
+		Spec:       runbox.Spec{Language: "bash", Code: "true", ConversationID: "conv", TimeoutSeconds: 5},
+		MaxWaiting: 4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.Enqueue(ctx, "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	deliveries := make(chan int, 4)
+	n := 0
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 1, Queues: map[string]int{Name: 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(TypeRun, func(context.Context, *asynq.Task) error {
+		n++
+		deliveries <- n
+		if n == 1 {
+			return errors.New("injected: the executor failed before it claimed the run")
+		}
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	<-deliveries
+	insp := asynq.NewInspector(opt)
+	defer insp.Close()
+	waitState(t, insp, "stuck", asynq.TaskStateArchived)
+
+	sched.Sweep(ctx)
+	select {
+	case <-deliveries:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the archived head was not enqueued again")
+	}
+	// A task that is waiting or running is left alone.
+	if err := q.Enqueue(ctx, "stuck", 5*time.Second); err != nil {
+		t.Errorf("enqueue while handled: %v", err)
+	}
+}
+
+func waitState(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := insp.GetTaskInfo(Name, id)
+		if err == nil && info.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s: %v, %v; want %v", id, info, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -29,7 +29,7 @@ const (
 // (with its files so far kept). It returns the run's status afterwards; a
 // finished run is left as it is.
 func (s *Service) Cancel(ctx context.Context, id string) (runbox.Status, error) {
-	run, err := s.Get(ctx, id)
+	run, err := s.get(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -71,7 +71,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (runbox.Status, error) 
 
 // SendStdin sends input to an interactive run; eof closes its stdin.
 func (s *Service) SendStdin(ctx context.Context, id, data string, eof bool) error {
-	run, err := s.Get(ctx, id)
+	run, err := s.get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -87,17 +87,28 @@ func (s *Service) SendStdin(ctx context.Context, id, data string, eof bool) erro
 	}
 	err = s.store.SendStdin(ctx, id, []byte(data), eof)
 	if errors.Is(err, store.ErrInputFull) {
-		return runbox.Errorf(runbox.EBusy, "the program is not reading its input")
+		return runbox.Errorf(runbox.EBusy, "the run holds %d bytes of input its program has not read yet; send more once it has", store.MaxQueuedStdin)
 	}
 	return err
 }
 
 // List returns recent runs, newest first: a conversation's, or all.
 func (s *Service) List(ctx context.Context, cid string) ([]runbox.Run, error) {
-	if cid != "" && !runbox.ValidConversationID(cid) {
-		return nil, runbox.Errorf(runbox.EInvalid, "conversationId must be 1 to 64 letters, digits, '_' or '-'")
+	key := ""
+	if cid != "" {
+		var err error
+		if key, err = ConversationKey(ctx, cid); err != nil {
+			return nil, err
+		}
 	}
-	return s.store.Runs(ctx, cid, listLimit)
+	all, err := s.store.Runs(ctx, client(ctx), key, listLimit)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range all {
+		all[i] = public(r)
+	}
+	return all, nil
 }
 
 // Progress is a run's state and the events after a client's last.
@@ -141,7 +152,7 @@ func (s *Service) Poll(ctx context.Context, id string, after int64, wait int) (P
 			defer stop()
 		}
 	}
-	run, err := s.store.Run(ctx, id)
+	run, err := s.Get(ctx, id)
 	if err != nil {
 		return Progress{}, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
@@ -25,6 +26,9 @@ type Limits struct {
 	MaxTimeoutSeconds int // also the default
 	MaxStdinBytes     int // stdin given up front, and each send_stdin
 	MaxWaiting        int // runs waiting per conversation
+	// ClientStorage returns the bytes a client's conversations take, for
+	// tiers with storage_bytes; nil: not held.
+	ClientStorage func(client string) (int64, error)
 }
 
 // Bounds of a run's environment variables.
@@ -90,6 +94,9 @@ type Service struct {
 	sched  *queue.Scheduler
 	limits Limits
 	log    *slog.Logger
+	// Metrics, when set before use, counts each client's calls, runs and
+	// refusals.
+	Metrics *clients.Metrics
 }
 
 // NewService returns a Service.
@@ -114,9 +121,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Normalize checks a spec and fills in its defaults. It does not know which
+// normalize checks a spec and fills in its defaults. It does not know which
 // languages exist; Submit checks that.
-func (s *Service) Normalize(spec runbox.Spec) (runbox.Spec, error) {
+func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 	spec.Language = strings.ToLower(strings.TrimSpace(spec.Language))
 	if a, ok := aliases[spec.Language]; ok {
 		spec.Language = a
@@ -175,8 +182,18 @@ func truncate(s string, n int) string {
 // it wait behind the runs of its conversation. A non-empty idempotency key
 // that the client used before returns that run instead.
 func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
-	spec, err := s.Normalize(spec)
+	if err := tierTimeout(ctx, &spec); err != nil {
+		return runbox.Run{}, err
+	}
+	spec, err := s.normalize(spec)
 	if err != nil {
+		return runbox.Run{}, err
+	}
+	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {
+		return runbox.Run{}, err
+	}
+	if err := s.admitRun(ctx, spec.ConversationID); err != nil {
+		s.Metrics.Limited(client(ctx), runbox.ErrorCode(err))
 		return runbox.Run{}, err
 	}
 	if len(idempotencyKey) > 200 {
@@ -201,16 +218,17 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if err != nil {
 		return runbox.Run{}, err
 	}
+	s.Metrics.Run(client(ctx))
 	switch adm {
 	case store.Exists:
-		return s.store.Run(ctx, id)
+		return s.Get(ctx, id)
 	case store.Enqueue:
 		if err := s.sched.Enqueue(ctx, id); err != nil {
 			// Recorded as its conversation's head: the sweep enqueues it.
 			s.log.Warn("enqueue run; the sweep will", "run", id, "err", err)
 		}
 	}
-	return run, nil
+	return public(run), nil
 }
 
 func (s *Service) checkLanguage(ctx context.Context, lang string) error {
@@ -234,18 +252,31 @@ func (s *Service) checkLanguage(ctx context.Context, lang string) error {
 
 // Get returns a run's record.
 func (s *Service) Get(ctx context.Context, id string) (runbox.Run, error) {
+	run, err := s.get(ctx, id)
+	return public(run), err
+}
+
+// get returns the record of a run of the caller's, as stored.
+func (s *Service) get(ctx context.Context, id string) (runbox.Run, error) {
 	if !validRunID(id) {
 		return runbox.Run{}, store.ErrNotFound
 	}
-	return s.store.Run(ctx, id)
+	run, err := s.store.Run(ctx, id)
+	if err != nil {
+		return runbox.Run{}, err
+	}
+	if !owns(ctx, run.ConversationID) {
+		return runbox.Run{}, store.ErrNotFound
+	}
+	return run, nil
 }
 
 // Watch follows a run's events after seq after. The caller closes it.
-func (s *Service) Watch(ctx context.Context, id string, after int64) (*store.Watch, error) {
-	if _, err := s.Get(ctx, id); err != nil {
+func (s *Service) Watch(ctx context.Context, id string, after int64) (*Watch, error) {
+	if _, err := s.get(ctx, id); err != nil {
 		return nil, err
 	}
-	return s.hub.Watch(ctx, id, after), nil
+	return &Watch{w: s.hub.Watch(ctx, id, after)}, nil
 }
 
 // Wait follows a run to its end, handing each event after seq after to

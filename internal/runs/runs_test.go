@@ -44,7 +44,7 @@ func TestNormalize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.Normalize(tt.spec)
+			got, err := s.normalize(tt.spec)
 			if tt.wantCode != "" {
 				if runbox.ErrorCode(err) != tt.wantCode {
 					t.Errorf("error %v, want %s", err, tt.wantCode)

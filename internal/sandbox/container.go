@@ -23,9 +23,10 @@ import (
 func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
 	limits := m.opts.Limits
 	pids := limits.Pids
-	init := true
 	return client.ContainerCreateOptions{
-		Name: "runbox-" + cmp.Or(req.ConversationID, "pool") + "-" + req.Language + "-" + strings.ToLower(rand.Text()[:8]),
+		// A conversation key may hold '~', which container names may not.
+		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" + req.Language + "-" +
+			strings.ToLower(rand.Text()[:8]),
 		Config: &container.Config{
 			Image:           runner.Image,
 			User:            User,
@@ -39,6 +40,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			Labels: map[string]string{
 				LabelManaged:      "true",
 				LabelExecutor:     m.opts.ExecutorID,
+				LabelDeployment:   m.opts.Deployment,
 				LabelRun:          req.RunID,
 				LabelConversation: req.ConversationID,
 			},
@@ -50,7 +52,13 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			ReadonlyRootfs: true,
 			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize},
 			IpcMode:        "private",
-			Init:           &init,
+			// The agent is PID 1 and reaps orphans itself: docker-init
+			// would run as the programs' user, within their reach.
+			Init:    &noInit,
+			Runtime: m.opts.Runtime,
+			// What a program prints reaches the executor through the
+			// agent's frames; nothing of it is kept on the host's disk.
+			LogConfig: container.LogConfig{Type: "none"},
 			Mounts: []mount.Mount{{
 				Type:   mount.TypeBind,
 				Source: req.DataDir,
@@ -66,6 +74,8 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 		},
 	}
 }
+
+var noInit = false
 
 func (m *Manager) ulimits() []*container.Ulimit {
 	u := []*container.Ulimit{
@@ -123,7 +133,7 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	// The attach stream multiplexes stdout (the protocol) and stderr (the
 	// agent's own complaints, logged).
 	pr, pw := io.Pipe()
-	agentErr := &logWriter{log: m.log.With("container", shortID(created.ID))}
+	agentErr := newLogWriter(m.log.With("container", shortID(created.ID)))
 	sb := &sandbox{
 		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
 		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr, dataDir: req.DataDir,

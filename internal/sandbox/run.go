@@ -75,7 +75,7 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 		oc.ExitCode = -1
 		return oc, nil
 	case exit != nil:
-		oc.ExitCode, oc.OOMKilled = exit.ExitCode, exit.OOMKilled
+		oc.ExitCode, oc.OOMKilled, oc.unclean = exit.ExitCode, exit.OOMKilled, !exit.Clean
 		return oc, nil
 	}
 	// The agent went away mid-run: the container died, most likely of the

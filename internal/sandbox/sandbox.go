@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"golang.org/x/time/rate"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -36,6 +37,7 @@ const (
 
 	LabelManaged      = "runbox.managed"
 	LabelExecutor     = "runbox.executor"
+	LabelDeployment   = "runbox.deployment"
 	LabelRun          = "runbox.run"
 	LabelConversation = "runbox.conversation"
 )
@@ -83,6 +85,9 @@ type Limits struct {
 // Options configure a Manager.
 type Options struct {
 	ExecutorID string // labels the containers, so that a restart can reap them
+	// Deployment labels the containers too, so that a live executor can
+	// reap those of a dead one of the same deployment (see ReapDead).
+	Deployment string
 	Limits     Limits
 	Logger     *slog.Logger
 	// IdleTTL is how long a warm sandbox waits for its conversation's next
@@ -95,6 +100,9 @@ type Options struct {
 	// ImageTag is the tag of the runner images to prefer
 	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
 	ImageTag string
+	// Runtime is the OCI runtime of sandboxes (e.g. runsc for gVisor);
+	// the engine's default if empty.
+	Runtime string
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.
@@ -208,6 +216,9 @@ type Outcome struct {
 	// Cancelled is set when ctx ended the run; context.Cause(ctx) says why.
 	Cancelled bool
 	Duration  time.Duration
+	// unclean is set when the agent could not show that nothing of the
+	// program is left; the sandbox is then removed, never reused.
+	unclean bool
 }
 
 // ErrUnknownLanguage reports a language no runner image offers.
@@ -236,6 +247,10 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 	switch {
 	case err != nil:
 		m.discard(sb)
+	case oc.unclean:
+		m.log.Warn("a program left processes the agent could not end; removing its sandbox", "container", shortID(sb.id))
+		m.discard(sb)
+		m.refill(runner, req)
 	case oc.TimedOut || oc.Cancelled:
 		m.discard(sb)
 		if oc.TimedOut {
@@ -264,6 +279,34 @@ func (m *Manager) Reap(ctx context.Context, minAge time.Duration) (int, error) {
 		_, tracked := m.live[c.ID]
 		m.mu.Unlock()
 		if tracked || time.Since(time.Unix(c.Created, 0)) < minAge {
+			continue
+		}
+		m.forceRemove(c.ID)
+		n++
+	}
+	return n, nil
+}
+
+// ReapDead removes the containers of this deployment's other executors
+// that alive does not vouch for and that are older than minAge: the
+// sandboxes of an executor that crashed and will not come back (a
+// scaled-down replica, a killed container) would otherwise live on. It
+// returns how many it removed.
+func (m *Manager) ReapDead(ctx context.Context, alive func(executor string) bool, minAge time.Duration) (int, error) {
+	if m.opts.Deployment == "" {
+		return 0, nil
+	}
+	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelManaged+"=true", LabelDeployment+"="+m.opts.Deployment),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list containers: %w", err)
+	}
+	n := 0
+	for _, c := range res.Items {
+		owner := c.Labels[LabelExecutor]
+		if owner == m.opts.ExecutorID || alive(owner) || time.Since(time.Unix(c.Created, 0)) < minAge {
 			continue
 		}
 		m.forceRemove(c.ID)
@@ -304,22 +347,47 @@ func shortID(id string) string {
 	return id
 }
 
-// logWriter logs what the agent writes to stderr and keeps the last of it
-// for error messages.
+// Agent stderr is logged at most this often (a burst of agentLogBurst),
+// each entry cut to agentLogBytes: what a sandbox writes there must not
+// flood the executor's log.
+const (
+	agentLogRate  = rate.Limit(1)
+	agentLogBurst = 10
+	agentLogBytes = 1024
+)
+
+// logWriter logs what the agent writes to stderr, at a bounded rate, and
+// keeps the last of it for error messages.
 type logWriter struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	tail []byte
+	log     *slog.Logger
+	limit   *rate.Limiter
+	mu      sync.Mutex
+	tail    []byte
+	dropped int // writes not logged since the last one that was
+}
+
+func newLogWriter(log *slog.Logger) *logWriter {
+	return &logWriter{log: log, limit: rate.NewLimiter(agentLogRate, agentLogBurst)}
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
-	w.log.Warn("sandbox agent", "stderr", string(p))
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.tail = append(w.tail, p...)
 	if len(w.tail) > 512 {
 		w.tail = w.tail[len(w.tail)-512:]
 	}
-	w.mu.Unlock()
+	if !w.limit.Allow() {
+		w.dropped++
+		return len(p), nil
+	}
+	msg := p[:min(len(p), agentLogBytes)]
+	if w.dropped > 0 {
+		w.log.Warn("sandbox agent", "stderr", string(msg), "dropped_before", w.dropped)
+	} else {
+		w.log.Warn("sandbox agent", "stderr", string(msg))
+	}
+	w.dropped = 0
 	return len(p), nil
 }
 

@@ -35,22 +35,33 @@ func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 		if n := m.Live(); n != 0 {
 			t.Errorf("%d containers left tracked", n)
 		}
-		assertNoContainers(t, docker, m.opts.ExecutorID)
+		assertNoContainers(t, docker, m.opts.ExecutorID, "")
 	})
 	return m, docker
 }
 
-func assertNoContainers(t testing.TB, docker *client.Client, executor string) {
+func assertNoContainers(t testing.TB, docker *client.Client, executor, deployment string) {
 	t.Helper()
+	if n := countContainers(t, docker, executor, deployment); n != 0 {
+		t.Errorf("%d containers left behind", n)
+	}
+}
+
+// countContainers counts the containers of executor (of deployment, if
+// given).
+func countContainers(t testing.TB, docker *client.Client, executor, deployment string) int {
+	t.Helper()
+	labels := []string{LabelExecutor + "=" + executor}
+	if deployment != "" {
+		labels = append(labels, LabelDeployment+"="+deployment)
+	}
 	res, err := docker.ContainerList(context.Background(), client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", LabelExecutor+"="+executor),
+		All: true, Filters: client.Filters{}.Add("label", labels...),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Items) != 0 {
-		t.Errorf("%d containers left behind", len(res.Items))
-	}
+	return len(res.Items)
 }
 
 var defaultLimits = Limits{Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}
@@ -236,6 +247,51 @@ func TestReapRemovesOrphans(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("reaped %d, want 1", n)
+	}
+}
+
+func TestReapDead(t *testing.T) {
+	ctx := context.Background()
+	deployment := "dep-" + rand.Text()[:8]
+	docker := testenv.Docker(t)
+	managers := map[string]*Manager{}
+	for _, id := range []string{"live", "dead", "self"} {
+		m := NewManager(docker, Options{ExecutorID: "test-" + id + "-" + rand.Text()[:8], Deployment: deployment,
+			ImageTag: os.Getenv("RUNNER_TAG")})
+		if _, err := m.Discover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		managers[id] = m
+	}
+	other := NewManager(docker, Options{ExecutorID: managers["dead"].opts.ExecutorID, Deployment: "other-" + rand.Text()[:8],
+		ImageTag: os.Getenv("RUNNER_TAG")})
+	if _, err := other.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// One container of each executor, as their pools would have made them;
+	// "other" is the same executor id in another deployment that shares
+	// the engine.
+	for _, m := range []*Manager{managers["live"], managers["dead"], managers["self"], other} {
+		opts := m.containerConfig(m.runners["bash"], Request{RunID: "pool", DataDir: dataDir(t)})
+		res, err := docker.ContainerCreate(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.forceRemove(res.ID) })
+	}
+	self := managers["self"]
+	alive := func(id string) bool { return id == managers["live"].opts.ExecutorID }
+	if n, err := self.ReapDead(ctx, alive, time.Hour); err != nil || n != 0 {
+		t.Fatalf("ReapDead of young containers = %d, %v; want 0", n, err)
+	}
+	if n, err := self.ReapDead(ctx, alive, 0); err != nil || n != 1 {
+		t.Fatalf("ReapDead = %d, %v; want 1", n, err)
+	}
+	assertNoContainers(t, docker, managers["dead"].opts.ExecutorID, deployment)
+	for _, m := range []*Manager{managers["live"], self, other} {
+		if n := countContainers(t, docker, m.opts.ExecutorID, m.opts.Deployment); n != 1 {
+			t.Errorf("executor %s of %s has %d containers, want 1", m.opts.ExecutorID, m.opts.Deployment, n)
+		}
 	}
 }
 

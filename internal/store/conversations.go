@@ -51,10 +51,10 @@ func (s *Store) Advance(ctx context.Context, h Head) (string, error) {
 	return next, nil
 }
 
-// Runs returns up to n runs, newest first: a conversation's, or with cid
-// "", the most recent of all.
-func (s *Store) Runs(ctx context.Context, cid string, n int) ([]runbox.Run, error) {
-	key := recentRunsKey
+// Runs returns up to n runs, newest first: those of the conversation key
+// cid, or with cid "", the client's most recent.
+func (s *Store) Runs(ctx context.Context, client, cid string, n int) ([]runbox.Run, error) {
+	key := clientRunsKey(client)
 	if cid != "" {
 		key = conversationRunsKey(cid)
 	}

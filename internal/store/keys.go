@@ -4,9 +4,12 @@ package store
 // slot.
 const prefix = "runbox:"
 
-func runKey(id string) string      { return prefix + "run:{" + id + "}" }
-func eventsKey(id string) string   { return prefix + "run:{" + id + "}:events" }
-func stdinKey(id string) string    { return prefix + "run:{" + id + "}:stdin" }
+func runKey(id string) string    { return prefix + "run:{" + id + "}" }
+func eventsKey(id string) string { return prefix + "run:{" + id + "}:events" }
+func stdinKey(id string) string  { return prefix + "run:{" + id + "}:stdin" }
+func stdinBytesKey(id string) string {
+	return prefix + "run:{" + id + "}:stdin:bytes"
+}
 func channel(id string) string     { return prefix + "events:" + id }
 func executorKey(id string) string { return prefix + "executor:" + id }
 
@@ -18,10 +21,13 @@ func conversationPendingKey(cid string) string { return prefix + "conv:" + cid +
 
 func idempotencyKey(client, key string) string { return prefix + "idem:" + client + ":" + key }
 
+// A client's recent runs, for list_runs without a conversation.
+func clientRunsKey(client string) string { return prefix + "client:" + client + ":runs" }
+
 const (
+	deploymentKey   = prefix + "deployment" // the id every executor on this Redis labels its containers with
 	leasesKey       = prefix + "leases"
 	executorsKey    = prefix + "executors"
-	recentRunsKey   = prefix + "runs"
 	busyConvsKey    = prefix + "convs:busy" // conversations with a head
 	cancelChannel   = prefix + "cancel"     // run ids whose cancellation was asked for
 	closedChannel   = prefix + "closed"     // ids of closed conversations

@@ -13,7 +13,7 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
-// KEYS[6] conversations with a head, KEYS[7] recent runs,
+// KEYS[6] conversations with a head, KEYS[7] the client's recent runs,
 // KEYS[8] the idempotency key (ignored when ARGV[8] is "")
 // ARGV[1] run id, ARGV[2] created (unix ms), ARGV[3] channel, ARGV[4] ttl (s),
 // ARGV[5] queued event, ARGV[6] most runs waiting per conversation,
@@ -35,6 +35,7 @@ redis.call('PUBLISH', ARGV[3], ev)
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -1001)
+redis.call('EXPIRE', KEYS[7], ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[3], ARGV[4])

@@ -14,32 +14,52 @@ import (
 // is "d" and data, or "e" for end of input. The api appends; the executor
 // running the program reads.
 
-// maxStdinEntries bounds the input queued for a program that does not read.
+// MaxQueuedStdin bounds the input queued for a run and not yet read by its
+// program (a run still waiting in its queue reads none): what a client can
+// make Redis hold through one run's input.
+const MaxQueuedStdin = 1 << 20
+
+// maxStdinEntries bounds the entries of the queue, whatever their size.
 const maxStdinEntries = 10000
 
 // ErrInputFull reports a run whose queued input is not being read.
 var ErrInputFull = errors.New("the program's input queue is full")
 
+// sendStdinScript queues input within the budget.
+//
+// KEYS[1] the input list, KEYS[2] its byte count
+// ARGV[1] most bytes queued, ARGV[2] most entries, ARGV[3] ttl (ms),
+// ARGV[4] data ("" for none), ARGV[5] "1" to end the input after it
+// Returns 1, or 0 when the budget would be exceeded.
+var sendStdinScript = redis.NewScript(`
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+if ARGV[4] ~= '' then
+  local queued = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if queued + #ARGV[4] > tonumber(ARGV[1]) then return 0 end
+  redis.call('INCRBY', KEYS[2], #ARGV[4])
+  redis.call('RPUSH', KEYS[1], 'd' .. ARGV[4])
+end
+if ARGV[5] == '1' then redis.call('RPUSH', KEYS[1], 'e') end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+`)
+
 // SendStdin queues input for a run; eof closes the program's stdin after
-// it.
+// it. It returns ErrInputFull when the run's unread input would pass
+// MaxQueuedStdin.
 func (s *Store) SendStdin(ctx context.Context, id string, data []byte, eof bool) error {
-	n, err := s.rdb.LLen(ctx, stdinKey(id)).Result()
+	eofArg := ""
+	if eof {
+		eofArg = "1"
+	}
+	ok, err := sendStdinScript.Run(ctx, s.rdb, []string{stdinKey(id), stdinBytesKey(id)},
+		MaxQueuedStdin, maxStdinEntries, s.retention.Milliseconds(), data, eofArg).Int()
 	if err != nil {
 		return fmt.Errorf("send input: %w", err)
 	}
-	if n >= maxStdinEntries {
+	if ok == 0 {
 		return ErrInputFull
-	}
-	pipe := s.rdb.TxPipeline()
-	if len(data) > 0 {
-		pipe.RPush(ctx, stdinKey(id), append([]byte("d"), data...))
-	}
-	if eof {
-		pipe.RPush(ctx, stdinKey(id), "e")
-	}
-	pipe.Expire(ctx, stdinKey(id), s.retention)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("send input: %w", err)
 	}
 	return nil
 }
@@ -48,15 +68,16 @@ func (s *Store) SendStdin(ctx context.Context, id string, data []byte, eof bool)
 // comes, the input ends (io.EOF), or ctx ends (io.EOF too: the program is
 // gone).
 func (s *Store) Stdin(ctx context.Context, id string) io.Reader {
-	return &stdinReader{ctx: ctx, rdb: s.rdb, key: stdinKey(id)}
+	return &stdinReader{ctx: ctx, rdb: s.rdb, key: stdinKey(id), bytesKey: stdinBytesKey(id)}
 }
 
 type stdinReader struct {
-	ctx  context.Context
-	rdb  redis.UniversalClient
-	key  string
-	buf  []byte
-	done bool
+	ctx      context.Context
+	rdb      redis.UniversalClient
+	key      string
+	bytesKey string
+	buf      []byte
+	done     bool
 }
 
 func (r *stdinReader) Read(p []byte) (int, error) {
@@ -85,6 +106,9 @@ func (r *stdinReader) Read(p []byte) (int, error) {
 			continue
 		}
 		r.buf = []byte(entry[1:])
+		// Read, it no longer counts against the budget. Should this fail,
+		// the client is refused a little early, never allowed more.
+		r.rdb.DecrBy(r.ctx, r.bytesKey, int64(len(r.buf)))
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]

@@ -7,6 +7,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
@@ -29,14 +31,18 @@ var ErrNotFound = runbox.Errorf(runbox.ENotFound, "no such run")
 // Store reads and writes the shared state.
 type Store struct {
 	rdb       redis.UniversalClient
+	rate      *redis_rate.Limiter
 	retention time.Duration
 	now       func() time.Time
 }
 
 // New returns a Store on rdb.
 func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, retention: DefaultRetention, now: time.Now}
+	return &Store{rdb: rdb, rate: redis_rate.NewLimiter(rdb), retention: DefaultRetention, now: time.Now}
 }
+
+// Retention is how long runs and their traces are kept.
+func (s *Store) Retention() time.Duration { return s.retention }
 
 // Redis returns the client the store uses.
 func (s *Store) Redis() redis.UniversalClient { return s.rdb }
@@ -60,8 +66,8 @@ const (
 type NewRun struct {
 	Run  runbox.Run
 	Spec runbox.Spec
-	// Client and IdempotencyKey, when the key is set, make a retried
-	// submission return the first run instead of a new one.
+	// Client owns the run. With IdempotencyKey, a retried submission
+	// returns the first run instead of a new one.
 	Client         string
 	IdempotencyKey string
 	// MaxWaiting bounds the runs waiting per conversation.
@@ -94,16 +100,20 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, er
 		"created", created, "interactive", boolField(run.Interactive), specField, string(spec)}
 	res, err := createScript.Run(ctx, s.rdb, []string{
 		runKey(run.ID), eventsKey(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
-		conversationPendingKey(cid), busyConvsKey, recentRunsKey, idemKey,
+		conversationPendingKey(cid), busyConvsKey, clientRunsKey(cmp.Or(nr.Client, runbox.DefaultClient)), idemKey,
 	}, args...).StringSlice()
 	if err != nil {
 		return 0, "", fmt.Errorf("create run: %w", err)
 	}
 	switch res[0] {
-	case "enqueue":
+	case "enqueue", "wait":
+		if err := s.runStarted(ctx, cid, run.ID); err != nil {
+			return 0, "", fmt.Errorf("create run: %w", err)
+		}
+		if res[0] == "wait" {
+			return Wait, run.ID, nil
+		}
 		return Enqueue, run.ID, nil
-	case "wait":
-		return Wait, run.ID, nil
 	case "exists":
 		return Exists, res[1], nil
 	case "busy":
@@ -251,14 +261,17 @@ type Ending struct {
 // Finish ends a run with its result, logging the events and then done, and
 // moves its conversation on. It returns the transition's outcome: Done is
 // false when another party ended the run first; Next is the run to enqueue.
+//
+// The result is stored once, in the run's record: the done event is logged
+// and published without it, and Events and watches put it back.
 func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error) {
-	b, err := json.Marshal(e.Result)
+	b, err := encodeResult(e.Result)
 	if err != nil {
 		return Applied{}, err
 	}
 	now := s.now()
-	evs := append(slices.Clip(e.Events), runbox.Event{TS: now, Type: runbox.EventDone, Result: e.Result})
-	return s.Apply(ctx, id, Transition{
+	evs := append(slices.Clip(e.Events), runbox.Event{TS: now, Type: runbox.EventDone})
+	a, err := s.Apply(ctx, id, Transition{
 		From:         e.From,
 		To:           e.Status,
 		Lease:        e.Lease,
@@ -266,6 +279,16 @@ func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error
 		Events:       evs,
 		Conversation: e.Conversation,
 	}, 0)
+	if err == nil && a.Done && e.Conversation != "" {
+		took := time.Duration(0)
+		if e.Result != nil {
+			took = time.Duration(e.Result.DurationMS) * time.Millisecond
+		}
+		// Should this fail, the run has still ended: it leaves its
+		// client's active runs at its horizon.
+		_ = s.runEnded(ctx, e.Conversation, id, took)
+	}
+	return a, err
 }
 
 // Run returns a run's record.
@@ -288,12 +311,51 @@ func (s *Store) Run(ctx context.Context, id string) (runbox.Run, error) {
 		FinishedAt:     msTime(m["finished"]),
 	}
 	if r := m["result"]; r != "" {
-		run.Result = new(runbox.Result)
-		if err := json.Unmarshal([]byte(r), run.Result); err != nil {
+		if run.Result, err = decodeResult([]byte(r)); err != nil {
 			return runbox.Run{}, fmt.Errorf("read run %s: result: %w", id, err)
 		}
 	}
 	return run, nil
+}
+
+// encodeResult is how a result is kept: without Output, which is Stdout
+// then Stderr, so that the program's output is not stored twice.
+func encodeResult(r *runbox.Result) ([]byte, error) {
+	if r == nil {
+		return []byte("null"), nil
+	}
+	kept := *r
+	kept.Output = ""
+	return json.Marshal(kept)
+}
+
+func decodeResult(b []byte) (*runbox.Result, error) {
+	var r *runbox.Result
+	if err := json.Unmarshal(b, &r); err != nil || r == nil {
+		return nil, err
+	}
+	r.Output = r.Stdout + r.Stderr
+	return r, nil
+}
+
+// withResult puts a run's result into its done event, which is stored
+// without it.
+func (s *Store) withResult(ctx context.Context, id string, ev *runbox.Event) error {
+	if ev.Type != runbox.EventDone || ev.Result != nil {
+		return nil
+	}
+	b, err := s.rdb.HGet(ctx, runKey(id), "result").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil // the run's record expired with its log
+	}
+	if err != nil {
+		return fmt.Errorf("read result of %s: %w", id, err)
+	}
+	ev.Result, err = decodeResult(b)
+	if err != nil {
+		return fmt.Errorf("read result of %s: %w", id, err)
+	}
+	return nil
 }
 
 // Executor returns the id of the executor a run was claimed by.
@@ -316,6 +378,9 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]runbox.Ev
 		var ev runbox.Event
 		if err := json.Unmarshal([]byte(r), &ev); err != nil {
 			return nil, fmt.Errorf("read events of %s: %w", id, err)
+		}
+		if err := s.withResult(ctx, id, &ev); err != nil {
+			return nil, err
 		}
 		evs = append(evs, ev)
 	}
@@ -370,6 +435,21 @@ func (s *Store) Heartbeat(ctx context.Context, info ExecutorInfo, ttl time.Durat
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	return nil
+}
+
+// Deployment returns the id of the deployment this Redis serves, making
+// one on first use. Executors label their containers with it, so that one
+// may remove a dead peer's sandboxes without touching those of another
+// deployment that shares the Docker Engine.
+func (s *Store) Deployment(ctx context.Context) (string, error) {
+	if err := s.rdb.SetNX(ctx, deploymentKey, rand.Text(), 0).Err(); err != nil {
+		return "", fmt.Errorf("make deployment id: %w", err)
+	}
+	id, err := s.rdb.Get(ctx, deploymentKey).Result()
+	if err != nil {
+		return "", fmt.Errorf("read deployment id: %w", err)
+	}
+	return id, nil
 }
 
 // Unregister removes an executor from the registry.

@@ -200,7 +200,7 @@ func TestConversationOrder(t *testing.T) {
 		if adm := newRunIn(t, s, "f", "conv"); adm != Enqueue {
 			t.Errorf("idle conversation: %v, want Enqueue", adm)
 		}
-		runs, err := s.Runs(ctx, "conv", 10)
+		runs, err := s.Runs(ctx, "", "conv", 10)
 		if err != nil || len(runs) != 5 || runs[0].ID != "f" {
 			t.Errorf("Runs = %v, %v", runs, err)
 		}
@@ -252,6 +252,31 @@ func TestStdin(t *testing.T) {
 	})
 }
 
+func TestStdinBudget(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		half := make([]byte, MaxQueuedStdin/2)
+		for i, want := range []error{nil, nil, ErrInputFull} {
+			if err := s.SendStdin(ctx, "budget", half, false); !errors.Is(err, want) {
+				t.Fatalf("send %d: %v, want %v", i, err, want)
+			}
+		}
+		// Ending the input costs nothing.
+		if err := s.SendStdin(ctx, "budget", nil, false); err != nil {
+			t.Fatal(err)
+		}
+		// What the program reads frees its room.
+		r := s.Stdin(ctx, "budget")
+		if _, err := io.ReadFull(r, make([]byte, len(half))); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SendStdin(ctx, "budget", half, true); err != nil {
+			t.Errorf("after the program read: %v", err)
+		}
+	})
+}
+
 func TestExecutorRegistry(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
@@ -271,6 +296,20 @@ func TestExecutorRegistry(t *testing.T) {
 		s.Unregister(ctx, "b")
 		if runners, _ := s.Runners(ctx); len(runners) != 1 {
 			t.Errorf("after unregister: %v", runners)
+		}
+	})
+}
+
+func TestDeployment(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		first, err := s.Deployment(ctx)
+		if err != nil || first == "" {
+			t.Fatalf("Deployment = %q, %v", first, err)
+		}
+		// Every later caller, another executor included, gets the same id.
+		if again, err := s.Deployment(ctx); err != nil || again != first {
+			t.Errorf("Deployment again = %q, %v; want %q", again, err, first)
 		}
 	})
 }

@@ -243,7 +243,11 @@ func (w *Watch) Next(ctx context.Context) (runbox.Event, error) {
 		w.overflow = false
 		w.mu.Unlock()
 		if next != nil {
-			return w.emit(*next), nil
+			ev := *next
+			if err := w.hub.store.withResult(ctx, w.id, &ev); err != nil {
+				return runbox.Event{}, err
+			}
+			return w.emit(ev), nil
 		}
 		if gap || w.poll {
 			w.poll = false

@@ -10,17 +10,39 @@ child ends, {"exit": pid, "status": <wait status>}. A request {"preload":
 forked after it. The zygote says {"ready": true} when it starts and after
 each preload.
 
+The zygote outlives the programs it forks, so no program may reach it:
+it makes itself not dumpable before anything else (its /proc entries are
+root's: no program can open its socket or trace it), and it runs isolated
+(`python3 -I`): neither /data nor the environment's PYTHON* variables are on
+its import path, so a module a program planted is never imported into it.
+A forked child puts /data (PYTHONPATH) on its own path.
+
 A forked program must behave as if started with `python3 path`: fresh
 globals in a new __main__ module, __name__ == "__main__", its own argv,
 environment, cwd, stdio and exit code, fresh random seeds, and tracebacks
 without this file's frames.
 """
 
+import ctypes
 import os
-import selectors
-import signal
-import socket
-import sys
+
+PR_SET_DUMPABLE = 4
+
+
+def set_dumpable(flag):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, flag, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+
+
+# First of all: until this line the process is open to the programs'
+# user (the agent starts a zygote only while no program runs).
+set_dumpable(0)
+
+import selectors  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
 
 CTL_FD = 3
 
@@ -65,9 +87,15 @@ def child(req, fds):
     os.environ.update(req.get("env") or {})
     os.chdir(req.get("cwd") or "/data")
     sys.argv = [path]
-    sys.path[0] = os.path.dirname(path)
-    if "/data" not in sys.path:
-        sys.path.insert(1, "/data")
+    # As `python3 path` would have it: the script's folder first, then
+    # PYTHONPATH, then the zygote's own (system) path.
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    sys.path[:0] = [os.path.dirname(path)] + extra
+    # The program is its own user's process, as one exec'd would be.
+    try:
+        set_dumpable(1)
+    except OSError:
+        pass
     # The zygote's seeds would repeat in every program.
     random.seed()
     numpy = sys.modules.get("numpy")  # reseeded if imported, never imported here

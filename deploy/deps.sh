@@ -1,0 +1,29 @@
+#!/bin/sh
+# Installs what `make run` and `make test` need and a fresh Debian or
+# Ubuntu machine lacks, through apt when it can (as root, or with sudo);
+# otherwise it stops with the exact command to run.
+#
+# Usage: deploy/deps.sh [run|test]   (test also needs chromium and compose)
+set -eu
+
+need=""
+command -v docker >/dev/null || { echo "deps: Docker Engine is not installed: see https://docs.docker.com/engine/install/" >&2; exit 1; }
+command -v debootstrap >/dev/null || need="$need debootstrap"
+if [ "${1:-run}" = test ]; then
+  command -v redis-server >/dev/null || need="$need redis-server"
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need="$need chromium"
+  docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need="$need docker-compose"
+fi
+[ -z "$need" ] && exit 0
+
+cmd="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$need"
+if [ "$(id -u)" = 0 ]; then
+  sudo=""
+elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+  sudo="sudo"
+else
+  echo "deps: missing$need; install them with: sudo sh -c '$cmd'" >&2
+  exit 1
+fi
+echo "deps: installing$need" >&2
+$sudo sh -c "$cmd" >/dev/null

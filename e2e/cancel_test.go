@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestClientGoneCancelsRun: a run_code whose caller goes away (its
+// context cancelled: the SDK sends notifications/cancelled and closes the
+// request) ends cancelled within a second, and its program stops.
+func TestClientGoneCancelsRun(t *testing.T) {
+	s := start(t, options{})
+	for _, transport := range []string{"streamable", "sse"} {
+		t.Run(transport, func(t *testing.T) {
+			cs := s.session(nil)
+			if transport == "sse" {
+				cs = s.sseSession()
+			}
+			cid := "gone-" + transport
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
+					"language": "bash", "conversationId": cid,
+					"code": "for i in $(seq 100); do echo $i >> /data/ticks.txt; sleep 0.1; done"}})
+				errc <- err
+			}()
+			// Wait for the run to be running.
+			var runID string
+			waitFor(t, func() bool {
+				var out struct {
+					Runs []struct {
+						RunID  string `json:"run_id"`
+						Status string `json:"status"`
+					} `json:"runs"`
+				}
+				call(t, cs, "list_runs", map[string]any{"conversationId": cid}, &out)
+				if len(out.Runs) > 0 && out.Runs[0].Status == "running" {
+					runID = out.Runs[0].RunID
+					return true
+				}
+				return false
+			})
+			time.Sleep(300 * time.Millisecond)
+			cancel()
+			<-errc
+			gone := time.Now()
+			var p progress
+			for time.Since(gone) < 5*time.Second {
+				call(t, cs, "get_run", map[string]any{"run_id": runID}, &p)
+				if p.Status != "running" {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			took := time.Since(gone)
+			if p.Status != "cancelled" {
+				t.Fatalf("run after its caller went: %s", p.Status)
+			}
+			t.Logf("cancelled %v after the caller went", took)
+			if took > 3*time.Second { // the goal is 1 s; a generous bound for a loaded machine
+				t.Errorf("cancelled %v after the caller went", took)
+			}
+			res := runCode(t, cs, map[string]any{"language": "bash", "conversationId": cid,
+				"code": "a=$(wc -l < /data/ticks.txt); sleep 1; b=$(wc -l < /data/ticks.txt); [ $a = $b ] && echo stopped"})
+			if !strings.Contains(res.Stdout, "stopped") {
+				t.Errorf("the program went on: %+v", res)
+			}
+		})
+	}
+}
+
+// sseSession connects the official client over the legacy HTTP+SSE
+// transport.
+func (s *service) sseSession() *mcp.ClientSession {
+	s.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-sse", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.SSEClientTransport{
+		Endpoint: s.url + "/mcp/events", HTTPClient: &http.Client{Transport: bearer{Token: token}},
+	}, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// TestHeartbeats: a run_code with a progress token hears from the server
+// at least every 5 s while its run is silent, so that a client whose
+// timeout progress resets (the TypeScript SDK's) keeps waiting.
+func TestHeartbeats(t *testing.T) {
+	s := start(t, options{})
+	var mu sync.Mutex
+	var times []time.Time
+	cs := s.session(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+	}})
+	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "bash", "code": "sleep 11; echo done"}}
+	params.SetProgressToken("hb")
+	begin := time.Now()
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("run_code: %v %v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	prev := begin
+	for _, at := range times {
+		if gap := at.Sub(prev); gap > 6*time.Second { // 5 s, and scheduling slack
+			t.Errorf("%v without a notification", gap)
+		}
+		prev = at
+	}
+	if len(times) < 2 {
+		t.Errorf("%d notifications during an 11 s silent run", len(times))
+	}
+}

@@ -1,0 +1,210 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
+)
+
+// countingReader is a body of n bytes that counts what was taken of it.
+type countingReader struct {
+	left int64
+	read atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), r.left))
+	clear(p[:n])
+	r.left -= int64(n)
+	r.read.Add(int64(n))
+	return n, nil
+}
+
+func gateServer(t *testing.T, budget int64, limit int64, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	g := newBodyGate(budget, func(*http.Request) (int64, bool) { return limit, true })
+	srv := httptest.NewUnstartedServer(g.wrap(h))
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestBodyGateRefusesBeforeReading(t *testing.T) {
+	const limit = 1 << 20
+	handled := atomic.Bool{}
+	srv := gateServer(t, 4*limit, limit, func(w http.ResponseWriter, r *http.Request) {
+		handled.Store(true)
+		_, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		}
+	})
+	tests := []struct {
+		name      string
+		length    int64 // declared; -1 for chunked
+		size      int64
+		status    int
+		handled   bool
+		maxServed int64 // most bytes the server may have taken
+	}{
+		{"declared too large", 90 << 20, 90 << 20, http.StatusRequestEntityTooLarge, false, 1 << 20},
+		{"chunked too large", -1, 90 << 20, http.StatusRequestEntityTooLarge, true, 3 << 20},
+		{"within the limit", limit, limit, http.StatusOK, true, limit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			handled.Store(false)
+			body := &countingReader{left: tt.size}
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, body)
+			req.ContentLength = tt.length
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != tt.status {
+					t.Errorf("status = %d, want %d", resp.StatusCode, tt.status)
+				}
+			} else if tt.status == http.StatusOK {
+				t.Fatal(err)
+			}
+			if handled.Load() != tt.handled {
+				t.Errorf("handler ran = %v, want %v", handled.Load(), tt.handled)
+			}
+			// The client may have pushed some bytes into socket buffers
+			// before the answer came; the server read no more than that.
+			if n := body.read.Load(); n > tt.maxServed+4<<20 {
+				t.Errorf("client sent %d bytes", n)
+			}
+		})
+	}
+}
+
+func TestBodyGateBudget(t *testing.T) {
+	const limit = 1 << 20
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	srv := gateServer(t, limit, limit, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Hold") != "" {
+			inside <- struct{}{}
+			<-release
+		}
+	})
+	post := func(hold bool, size int) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(make([]byte, size)))
+		if hold {
+			req.Header.Set("X-Hold", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if code := post(true, limit); code != http.StatusOK {
+			t.Errorf("first request: %d", code)
+		}
+	})
+	<-inside
+	// The whole budget is held: a second body waits, then is turned away.
+	if code := post(false, 10); code != http.StatusServiceUnavailable {
+		t.Errorf("second request while the budget is held: %d, want 503", code)
+	}
+	close(release)
+	wg.Wait()
+	if code := post(false, 10); code != http.StatusOK {
+		t.Errorf("after release: %d", code)
+	}
+}
+
+// TestBodyGateStreamsPastReadTimeout: once its body is read, a handler
+// may answer long after the server's ReadTimeout, slowly, with its
+// request's context intact.
+func TestBodyGateStreamsPastReadTimeout(t *testing.T) {
+	srv := gateServer(t, 1<<20, 1<<20, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		for i := range 4 {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			io.WriteString(w, strings.Repeat("x", i+1))
+			http.NewResponseController(w).Flush()
+		}
+	})
+	for _, body := range []io.Reader{nil, strings.NewReader(`{"a":1}`)} {
+		method := http.MethodGet
+		if body != nil {
+			method = http.MethodPost
+		}
+		req, _ := http.NewRequest(method, srv.URL, body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(got) != "xxxxxxxxxx" {
+			t.Errorf("%s: body %q, %v", method, got, err)
+		}
+	}
+}
+
+func TestRequestCap(t *testing.T) {
+	c := newRequestCap()
+	tiers := map[string]clients.Tier{"small": {ConcurrentRequests: 1}, "big": {ConcurrentRequests: 2}}
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	h := c.middleware(func(echo.Context) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	})
+	e := echo.New()
+	call := func(client string) error {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req = req.WithContext(auth.WithClient(context.Background(), clients.Client{Name: client, Tier: tiers[client]}))
+		return h(e.NewContext(req, httptest.NewRecorder()))
+	}
+	var wg sync.WaitGroup
+	for _, client := range []string{"small", "big", "big"} {
+		wg.Go(func() {
+			if err := call(client); err != nil {
+				t.Errorf("%s: %v", client, err)
+			}
+		})
+		<-entered
+	}
+	for _, client := range []string{"small", "big"} {
+		if err := call(client); err != errTooManyRequests {
+			t.Errorf("%s past its cap: %v", client, err)
+		}
+	}
+	close(release)
+	wg.Wait()
+	release = make(chan struct{})
+	close(release)
+	if err := call("small"); err != nil {
+		t.Errorf("after the others finished: %v", err)
+	}
+}

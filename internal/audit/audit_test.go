@@ -1,0 +1,211 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+func sealed(t *testing.T, chain *Chain, n int) []Entry {
+	t.Helper()
+	var out []Entry
+	prevSeq, prevHash := int64(0), ""
+	for i := range n {
+		e := Entry{Time: time.Unix(int64(1000+i), 0).UTC(), Call: "c", Phase: PhaseStart, Client: "alice", Tool: "run_code",
+			Params: map[string]any{"n": float64(i)}}
+		if err := chain.Seal(&e, prevSeq, prevHash); err != nil {
+			t.Fatal(err)
+		}
+		prevSeq, prevHash = e.Seq, e.Hash
+		out = append(out, e)
+	}
+	return out
+}
+
+func verify(chain *Chain, cp *Checkpoint, entries []Entry) error {
+	v, err := chain.NewVerifier(cp)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := v.Next(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestChainDetectsTampering(t *testing.T) {
+	chain := NewChain([]byte("audit-key-0123456789"))
+	entries := sealed(t, chain, 5)
+	if err := verify(chain, nil, entries); err != nil {
+		t.Fatalf("intact chain: %v", err)
+	}
+	tests := []struct {
+		name   string
+		tamper func([]Entry) []Entry
+		want   string
+	}{
+		{"changed", func(es []Entry) []Entry { es[2].Client = "mallory"; return es }, "changed"},
+		{"changed params", func(es []Entry) []Entry { es[1].Params = map[string]any{"n": float64(9)}; return es }, "changed"},
+		{"removed", func(es []Entry) []Entry { return append(es[:2:2], es[3:]...) }, "removed or inserted"},
+		{"inserted", func(es []Entry) []Entry {
+			x := es[1]
+			x.Seq++
+			return append(append(es[:2:2], x), es[2:]...)
+		}, ""},
+		{"resealed with another key", func(es []Entry) []Entry {
+			other := NewChain([]byte("not-the-key-0000000"))
+			_ = other.Seal(&es[3], es[2].Seq, es[2].Hash)
+			return es
+		}, "changed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			es := tt.tamper(append([]Entry(nil), entries...))
+			err := verify(chain, nil, es)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("verify = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+	// From a checkpoint: the rest verifies; a forged checkpoint does not.
+	cp := Checkpoint{Seq: entries[1].Seq, Hash: entries[1].Hash, Time: time.Now()}
+	chain.SignCheckpoint(&cp)
+	if err := verify(chain, &cp, entries[2:]); err != nil {
+		t.Errorf("from a checkpoint: %v", err)
+	}
+	cp.Seq = 0
+	if err := verify(chain, &cp, entries[2:]); err == nil {
+		t.Error("a forged checkpoint verified")
+	}
+}
+
+func TestSanitize(t *testing.T) {
+	got := Sanitize(map[string]any{
+		"code": "print('secret-code')", "data": "typed input", "content_base64": "c2VjcmV0",
+		"env": map[string]any{"API_KEY": "sk-live-secret"}, "language": "python", "timeout_seconds": float64(5),
+		"conversationId": strings.Repeat("x", 1000), "nested": map[string]any{"a": "secret-nested"},
+	})
+	b, _ := json.Marshal(got)
+	for _, secret := range []string{"secret-code", "typed input", "c2VjcmV0", "sk-live-secret", "secret-nested"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("sanitized params show %q: %s", secret, b)
+		}
+	}
+	if got["language"] != "python" || got["timeout_seconds"] != float64(5) {
+		t.Errorf("plain params: %s", b)
+	}
+	if code, _ := got["code"].(map[string]any); code["len"] != 20 || len(code["sha256"].(string)) != 64 {
+		t.Errorf("code: %v", got["code"])
+	}
+}
+
+// TestSealersShareOneChain: two replicas record at once while two sealers
+// compete for the lease; every entry lands once, in one chain that
+// verifies; retention leaves a checkpoint the rest verifies from.
+func TestSealersShareOneChain(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx := context.Background()
+	chain := NewChain([]byte("audit-key-0123456789"))
+	log := slog.New(slog.DiscardHandler)
+	clock := clockwork.NewRealClock()
+	var sealers []*Sealer
+	for range 2 {
+		st := store.New(testenv.Client(t, url))
+		s := NewSealer(st, chain, 0, clock, log)
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sealers = append(sealers, s)
+	}
+	var wg sync.WaitGroup
+	const perReplica = 200
+	for r := range 2 {
+		rec := NewRecorder(store.New(testenv.Client(t, url)), clock, log)
+		wg.Go(func() {
+			for i := range perReplica {
+				c, err := rec.Begin(ctx, Entry{Client: "alice", Tool: "run_code", Params: Sanitize(map[string]any{"code": "x", "i": float64(i), "replica": float64(r)})})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.End(ctx, "", "run_x")
+			}
+		})
+	}
+	wg.Wait()
+	st := store.New(testenv.Client(t, url))
+	if err := sealers[0].SealAll(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sealers {
+		s.Stop()
+	}
+	raw, err := st.AuditEntries(ctx, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != 2*2*perReplica {
+		t.Fatalf("%d entries sealed, want %d", len(raw), 4*perReplica)
+	}
+	var entries []Entry
+	for _, r := range raw {
+		var e Entry
+		json.Unmarshal([]byte(r), &e)
+		entries = append(entries, e)
+	}
+	if err := verify(chain, nil, entries); err != nil {
+		t.Fatalf("chain: %v", err)
+	}
+
+	// Retention: everything before the middle goes, behind a checkpoint.
+	mid := entries[len(entries)/2].Time
+	fake := clockwork.NewFakeClockAt(mid.Add(time.Hour))
+	trimmer := NewSealer(st, chain, time.Hour, fake, log)
+	if held, _ := st.AuditLease(ctx, trimmer.holder, time.Minute); !held {
+		t.Fatal("no lease")
+	}
+	if err := trimmer.Trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = st.AuditEntries(ctx, 0, -1)
+	cpRaw, _ := st.AuditCheckpoint(ctx)
+	var cp Checkpoint
+	if err := json.Unmarshal([]byte(cpRaw), &cp); err != nil || len(raw) >= len(entries) || len(raw) == 0 {
+		t.Fatalf("after trim: %d entries, checkpoint %q", len(raw), cpRaw)
+	}
+	var rest []Entry
+	for _, r := range raw {
+		var e Entry
+		json.Unmarshal([]byte(r), &e)
+		rest = append(rest, e)
+	}
+	if err := verify(chain, &cp, rest); err != nil {
+		t.Errorf("the rest from the checkpoint: %v", err)
+	}
+}
+
+// BenchmarkRecord measures what recording costs a call: its two entries.
+func BenchmarkRecord(b *testing.B) {
+	url := testenv.Redis(b)
+	ctx := context.Background()
+	rec := NewRecorder(store.New(testenv.Client(b, url)), clockwork.NewRealClock(), slog.New(slog.DiscardHandler))
+	params := Sanitize(map[string]any{"code": "print(1)", "language": "python", "conversationId": "bench"})
+	for b.Loop() {
+		c, err := rec.Begin(ctx, Entry{Client: "alice", Tool: "run_code", Params: params})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.End(ctx, "", "run_x")
+	}
+}

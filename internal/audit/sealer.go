@@ -1,0 +1,201 @@
+package audit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+const (
+	// leaseTTL is how long a sealer holds its lease without renewing it;
+	// another api takes over this long after the sealer died.
+	leaseTTL = 5 * time.Second
+	// sealWait is how long the sealer waits on the raw stream for news.
+	sealWait = time.Second
+	// sealBatch bounds the entries sealed in one script.
+	sealBatch = 500
+	// trimEvery is how often entries past retention are looked for.
+	trimEvery = time.Minute
+)
+
+// Sealer chains raw entries into the log while it holds the lease; every
+// api runs one, one of them works. Start/Stop as every background part.
+type Sealer struct {
+	lifecycle.Base
+	store     *store.Store
+	chain     *Chain
+	retention time.Duration
+	clock     clockwork.Clock
+	log       *slog.Logger
+	holder    string
+}
+
+// NewSealer returns a Sealer; retention 0 keeps every entry.
+func NewSealer(st *store.Store, chain *Chain, retention time.Duration, clock clockwork.Clock, log *slog.Logger) *Sealer {
+	return &Sealer{store: st, chain: chain, retention: retention, clock: clock,
+		log: log.With("component", "audit"), holder: rand.Text()}
+}
+
+// Start runs the sealer until Stop.
+func (s *Sealer) Start(ctx context.Context) error {
+	return s.Base.Run(ctx, s.loop)
+}
+
+func (s *Sealer) loop(ctx context.Context) {
+	defer func() { _ = s.store.AuditRelease(context.WithoutCancel(ctx), s.holder) }()
+	lastTrim := time.Time{}
+	for ctx.Err() == nil {
+		held, err := s.store.AuditLease(ctx, s.holder, leaseTTL)
+		if err != nil || !held {
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("audit sealer lease", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-s.clock.After(leaseTTL / 2):
+			}
+			continue
+		}
+		if _, err := s.SealPending(ctx, sealWait); err != nil && ctx.Err() == nil {
+			s.log.Warn("seal audit entries", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-s.clock.After(time.Second):
+			}
+		}
+		if s.retention > 0 && s.clock.Since(lastTrim) >= trimEvery {
+			lastTrim = s.clock.Now()
+			if err := s.Trim(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("trim audit log", "err", err)
+			}
+		}
+	}
+}
+
+// SealPending seals what waits, waiting up to block for something when
+// nothing does. The caller holds the lease. It returns how many it sealed.
+func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, error) {
+	head, err := s.store.AuditHead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	raws, err := s.store.AuditPending(ctx, head.LastRaw, sealBatch, block)
+	if err != nil || len(raws) == 0 {
+		return 0, err
+	}
+	to := head
+	sealed := make([]string, 0, len(raws))
+	ids := make([]string, 0, len(raws))
+	for _, r := range raws {
+		var e Entry
+		if err := json.Unmarshal([]byte(r.Entry), &e); err != nil {
+			// Only replicas write the stream; keep the trace of a bad one
+			// rather than drop it.
+			e = Entry{Phase: "unreadable", Params: map[string]any{"raw_len": len(r.Entry)}}
+		}
+		if err := s.chain.Seal(&e, to.Seq, to.Hash); err != nil {
+			return 0, err
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return 0, err
+		}
+		sealed = append(sealed, string(b))
+		ids = append(ids, r.ID)
+		to.Seq, to.Hash, to.LastRaw = e.Seq, e.Hash, r.ID
+	}
+	if err := s.store.AuditSeal(ctx, s.holder, head, to, sealed, ids); err != nil {
+		return 0, err
+	}
+	return len(sealed), nil
+}
+
+// Trim removes the entries past retention, leaving a signed checkpoint
+// at the last one removed.
+func (s *Sealer) Trim(ctx context.Context) error {
+	cutoff := s.clock.Now().Add(-s.retention)
+	for {
+		raw, err := s.store.AuditEntries(ctx, 0, sealBatch-1)
+		if err != nil {
+			return err
+		}
+		n := 0
+		var last Entry
+		for _, r := range raw {
+			var e Entry
+			if err := json.Unmarshal([]byte(r), &e); err != nil {
+				return fmt.Errorf("read audit entry: %w", err)
+			}
+			if !e.Time.Before(cutoff) {
+				break
+			}
+			n, last = n+1, e
+		}
+		if n == 0 {
+			return nil
+		}
+		cp := Checkpoint{Seq: last.Seq, Hash: last.Hash, Time: s.clock.Now().UTC()}
+		s.chain.SignCheckpoint(&cp)
+		b, _ := json.Marshal(cp)
+		if err := s.store.AuditTrim(ctx, s.holder, int64(n), string(b)); err != nil {
+			return err
+		}
+		if n < len(raw) {
+			return nil
+		}
+	}
+}
+
+// SealAll seals everything recorded up to now, taking the lease if it is
+// free, or waits for the sealer that holds it; for export.
+func (s *Sealer) SealAll(ctx context.Context, timeout time.Duration) error {
+	target, err := s.store.AuditLastRaw(ctx)
+	if err != nil {
+		return err
+	}
+	deadline := s.clock.Now().Add(timeout)
+	for {
+		head, err := s.store.AuditHead(ctx)
+		if err != nil {
+			return err
+		}
+		if !rawBefore(head.LastRaw, target) {
+			return nil
+		}
+		if held, err := s.store.AuditLease(ctx, s.holder, leaseTTL); err == nil && held {
+			_, err := s.SealPending(ctx, 0)
+			if err != nil && !errors.Is(err, store.ErrAuditConflict) {
+				return err
+			}
+			continue
+		}
+		if s.clock.Now().After(deadline) {
+			return errors.New("audit: the entries recorded before the export were not sealed in time")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.clock.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Release gives the lease up.
+func (s *Sealer) Release(ctx context.Context) error { return s.store.AuditRelease(ctx, s.holder) }
+
+// rawBefore reports whether stream id a comes before b ("ms-seq").
+func rawBefore(a, b string) bool {
+	var am, as, bm, bs int64
+	fmt.Sscanf(a, "%d-%d", &am, &as)
+	fmt.Sscanf(b, "%d-%d", &bm, &bs)
+	return am < bm || (am == bm && as < bs)
+}

@@ -1,0 +1,114 @@
+package clients
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func digest(tok string) Digest { return sha256.Sum256([]byte(tok)) }
+
+func TestLoad(t *testing.T) {
+	hexOf := func(tok string) string { d := digest(tok); return hex.EncodeToString(d[:]) }
+	tests := []struct {
+		name          string
+		token, tokens string
+		file          string
+		want          map[string]string // token → client/tier
+		err           string            // part of the error
+	}{
+		{name: "single token", token: "secret-default", want: map[string]string{"secret-default": "default/unlimited"}},
+		{name: "named tokens with tiers", token: "secret-default", tokens: "alice:secret-alice:free, bob:secret-bob:pro,carol:secret-carol",
+			want: map[string]string{"secret-default": "default/unlimited", "secret-alice": "alice/free", "secret-bob": "bob/pro", "secret-carol": "carol/unlimited"}},
+		{name: "file with tiers and digests", tokens: "alice:secret-alice:tiny", file: `
+tiers:
+  tiny: {calls_per_minute: 5, concurrent_runs: 1}
+  free: {calls_per_minute: 1}
+clients:
+  - {name: bob, token_sha256: ` + hexOf("secret-bob") + `, tier: free}
+  - {name: carol, token: secret-carol}
+`, want: map[string]string{"secret-alice": "alice/tiny", "secret-bob": "bob/free", "secret-carol": "carol/unlimited"}},
+		{name: "json file", file: `{"clients": [{"name": "dave", "token": "secret-dave", "tier": "pro"}]}`,
+			want: map[string]string{"secret-dave": "dave/pro"}},
+		{name: "unknown tier", tokens: "alice:secret-alice:gold", err: `unknown tier "gold"`},
+		{name: "token twice", token: "same-token", tokens: "alice:same-token", err: "also the token of client"},
+		{name: "token twice across file", tokens: "alice:secret-a", file: "clients: [{name: bob, token_sha256: " + hexOf("secret-a") + "}]", err: "also the token"},
+		{name: "default reserved", tokens: "default:secret-x", err: "reserved"},
+		{name: "bad name", tokens: "al ice:secret-x", err: "client name must be"},
+		{name: "short token", tokens: "alice:short", err: "at least 8"},
+		{name: "malformed entry", tokens: "alice", err: "name:token"},
+		{name: "bad digest", file: "clients: [{name: bob, token_sha256: abc}]", err: "64 hexadecimal"},
+		{name: "both token and digest", file: "clients: [{name: bob, token: secret-bob, token_sha256: " + hexOf("x") + "}]", err: "exactly one"},
+		{name: "unknown field", file: "clients: [{name: bob, tokn: secret-bob}]", err: "CLIENTS_FILE"},
+		{name: "negative limit", file: "tiers: {x: {calls_per_minute: -1}}", err: "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = filepath.Join(t.TempDir(), "clients.yaml")
+				os.WriteFile(path, []byte(tt.file), 0o600)
+			}
+			got, err := Load(tt.token, tt.tokens, path)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want one with %q", err, tt.err)
+				}
+				if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "\n") {
+					t.Errorf("error %q shows a token or spans lines", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Errorf("%d clients, want %d", len(got), len(tt.want))
+			}
+			for tok, want := range tt.want {
+				c, ok := got[digest(tok)]
+				if !ok || c.Name+"/"+c.Tier.Name != want {
+					t.Errorf("token %s: %+v, want %s", tok, c, want)
+				}
+			}
+		})
+	}
+	// A file tier replaces the built-in one of its name.
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("tiers: {free: {calls_per_minute: 1}}"), 0o600)
+	got, err := Load("", "alice:secret-alice:free", path)
+	if err != nil || got[digest("secret-alice")].Tier.CallsPerMinute != 1 {
+		t.Errorf("file tier: %+v, %v", got, err)
+	}
+}
+
+func FuzzLoadTokens(f *testing.F) {
+	for _, s := range []string{"alice:secret-alice", "a:b:c,d:e", "alice:secret-alice:pro, bob:secret-bob:free", ":::", "default:xxxxxxxxx"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tokens string) {
+		got, err := Load("", tokens, "")
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+			return
+		}
+		// Every accepted entry is a client with a known tier under the
+		// digest of its token.
+		for entry := range strings.SplitSeq(tokens, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			parts := strings.Split(entry, ":")
+			c, ok := got[digest(parts[1])]
+			if !ok || c.Name != parts[0] || c.Tier.Name == "" {
+				t.Fatalf("entry %q: %+v, %v", entry, c, ok)
+			}
+		}
+	})
+}

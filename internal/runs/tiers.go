@@ -1,0 +1,112 @@
+package runs
+
+import (
+	"context"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/auth"
+)
+
+// What a client may do is bounded by its tier (clients.Tier), counted in
+// Redis so that every api replica shares the counts. A client past a
+// limit gets rate_limited or quota_exceeded with when to come back.
+
+// activeRetry is what a client with its concurrent runs in flight is
+// told to wait: runs are short, and a finished one frees its place.
+const activeRetry = 2 * time.Second
+
+// storageRetry is what a client over its storage is told to wait: until
+// it has deleted files, which it alone can do.
+const storageRetry = time.Minute
+
+// tierTimeout holds a run's timeout to its client's tier: a run that asks
+// for none gets the tier's longest; one that asks for more is refused.
+func tierTimeout(ctx context.Context, spec *runbox.Spec) error {
+	limit := auth.Tier(ctx).MaxTimeoutSeconds
+	switch {
+	case limit == 0:
+	case spec.TimeoutSeconds == 0:
+		spec.TimeoutSeconds = limit
+	case spec.TimeoutSeconds > limit:
+		return runbox.Errorf(runbox.EInvalid, "timeout_seconds must be at most %d for this client", limit)
+	}
+	return nil
+}
+
+// admitRun holds a new run to its client's tier: runs in flight and run
+// seconds today, then what admitting its conversation asks.
+func (s *Service) admitRun(ctx context.Context, key string) error {
+	tier, c := auth.Tier(ctx), client(ctx)
+	if tier.ConcurrentRuns > 0 {
+		n, err := s.store.ActiveRuns(ctx, c)
+		if err != nil {
+			return err
+		}
+		if n >= tier.ConcurrentRuns {
+			return runbox.Limited(runbox.ERateLimited, activeRetry,
+				"this client has %d runs queued or running, its limit; retry when one has finished", n)
+		}
+	}
+	if tier.RunSecondsPerDay > 0 {
+		used, err := s.store.RunSeconds(ctx, c)
+		if err != nil {
+			return err
+		}
+		if used >= int64(tier.RunSecondsPerDay) {
+			now := time.Now().UTC()
+			midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+			return runbox.Limited(runbox.EQuotaExceeded, midnight.Sub(now),
+				"this client's runs took %d of its %d seconds today (UTC)", used, tier.RunSecondsPerDay)
+		}
+	}
+	return s.AdmitConversation(ctx, key)
+}
+
+// AdmitConversation holds a use of the conversation key (a run, an
+// upload) to its client's tier: a new conversation counts against
+// new_conversations_per_hour, and the client's files must be within
+// storage_bytes.
+func (s *Service) AdmitConversation(ctx context.Context, key string) error {
+	tier, c := auth.Tier(ctx), client(ctx)
+	wait, err := s.store.AllowConversation(ctx, c, key, tier.NewConversationsPerHour, s.store.Retention())
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		return runbox.Limited(runbox.ERateLimited, wait,
+			"this client may start %d new conversations an hour; use an existing conversationId or retry later",
+			tier.NewConversationsPerHour)
+	}
+	if tier.StorageBytes > 0 && s.limits.ClientStorage != nil {
+		used, err := s.limits.ClientStorage(c)
+		if err != nil {
+			return err
+		}
+		if used >= tier.StorageBytes {
+			return runbox.Limited(runbox.EQuotaExceeded, storageRetry,
+				"this client's files take %d of its %d bytes; delete some (close_session) first", used, tier.StorageBytes)
+		}
+	}
+	return nil
+}
+
+// AllowCall counts a tool call or REST request of the caller against its
+// tier's calls_per_minute.
+func (s *Service) AllowCall(ctx context.Context) error {
+	c := client(ctx)
+	s.Metrics.Call(c)
+	limit := auth.Tier(ctx).CallsPerMinute
+	if limit == 0 {
+		return nil
+	}
+	wait, err := s.store.AllowCall(ctx, c, limit)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		s.Metrics.Limited(c, runbox.ERateLimited)
+		return runbox.Limited(runbox.ERateLimited, wait, "this client may make %d calls a minute", limit)
+	}
+	return nil
+}

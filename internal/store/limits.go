@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// The tiers' limits are counted in Redis, so that every api replica
+// shares them: calls and new conversations with GCRA (redis_rate), the
+// runs a client has queued or running in a sorted set, run seconds in a
+// counter per day.
+
+func callsKey(client string) string      { return "calls:" + client } // redis_rate adds its prefix
+func newConvsKey(client string) string   { return "convs:" + client }
+func activeRunsKey(client string) string { return prefix + "client:" + client + ":active" }
+func runSecondsKey(client string, day time.Time) string {
+	return prefix + "client:" + client + ":runsec:" + day.UTC().Format("20060102")
+}
+func knownConvKey(key string) string { return prefix + "conv:" + key + ":known" }
+
+// activeRunHorizon is how long a run counts as active at most, should its
+// end never be recorded (its record expired with a crash).
+const activeRunHorizon = 24 * time.Hour
+
+// AllowCall counts a call of client against perMinute; when it is over,
+// it returns how long to wait.
+func (s *Store) AllowCall(ctx context.Context, client string, perMinute int) (time.Duration, error) {
+	res, err := s.rate.Allow(ctx, callsKey(client), redis_rate.PerMinute(perMinute))
+	if err != nil {
+		return 0, fmt.Errorf("count call: %w", err)
+	}
+	if res.Allowed == 0 {
+		return max(res.RetryAfter, time.Millisecond), nil
+	}
+	return 0, nil
+}
+
+// AllowConversation counts the conversation key against perHour new
+// conversations of client, when it is new (seen in no run or upload within
+// ttl); it returns how long to wait when that is over.
+func (s *Store) AllowConversation(ctx context.Context, client, key string, perHour int, ttl time.Duration) (time.Duration, error) {
+	known, err := s.rdb.Exists(ctx, knownConvKey(key)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count conversation: %w", err)
+	}
+	if known == 0 && perHour > 0 {
+		res, err := s.rate.Allow(ctx, newConvsKey(client), redis_rate.PerHour(perHour))
+		if err != nil {
+			return 0, fmt.Errorf("count conversation: %w", err)
+		}
+		if res.Allowed == 0 {
+			return max(res.RetryAfter, time.Millisecond), nil
+		}
+	}
+	if err := s.rdb.Set(ctx, knownConvKey(key), 1, ttl).Err(); err != nil {
+		return 0, fmt.Errorf("count conversation: %w", err)
+	}
+	return 0, nil
+}
+
+// ActiveRuns returns how many runs of client are queued or running.
+func (s *Store) ActiveRuns(ctx context.Context, client string) (int, error) {
+	key := activeRunsKey(client)
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(s.now().UnixMilli(), 10))
+	n := pipe.ZCard(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("count active runs: %w", err)
+	}
+	return int(n.Val()), nil
+}
+
+// RunSeconds returns the wall seconds of client's runs that ended today
+// (UTC).
+func (s *Store) RunSeconds(ctx context.Context, client string) (int64, error) {
+	n, err := s.rdb.Get(ctx, runSecondsKey(client, s.now())).Int64()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read run seconds: %w", err)
+	}
+	return n, nil
+}
+
+// runStarted counts a new run of the conversation key as active.
+func (s *Store) runStarted(ctx context.Context, key, id string) error {
+	client, _, _ := runbox.ParseConversationKey(key)
+	pipe := s.rdb.TxPipeline()
+	pipe.ZAdd(ctx, activeRunsKey(client), redis.Z{Score: float64(s.now().Add(activeRunHorizon).UnixMilli()), Member: id})
+	pipe.Expire(ctx, activeRunsKey(client), activeRunHorizon)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// runEnded takes an ended run off its client's active runs and adds its
+// wall time to the client's day.
+func (s *Store) runEnded(ctx context.Context, key, id string, took time.Duration) error {
+	client, _, _ := runbox.ParseConversationKey(key)
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRem(ctx, activeRunsKey(client), id)
+	if secs := int64((took + time.Second - 1) / time.Second); secs > 0 {
+		day := runSecondsKey(client, s.now())
+		pipe.IncrBy(ctx, day, secs)
+		pipe.Expire(ctx, day, 48*time.Hour)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}

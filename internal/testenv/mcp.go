@@ -1,0 +1,36 @@
+package testenv
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Bearer is an HTTP transport that sends a bearer token, if it has one.
+type Bearer struct{ Token string }
+
+// RoundTrip sends r with the token.
+func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.Token != "" {
+		r.Header.Set("Authorization", "Bearer "+b.Token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Session connects the official MCP client to endpoint over Streamable
+// HTTP with token, closed when the test ends.
+func Session(t testing.TB, endpoint, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "1"}, opts)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: endpoint, HTTPClient: &http.Client{Transport: Bearer{token}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
