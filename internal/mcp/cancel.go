@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,40 +32,38 @@ func WithCaller(ctx context.Context) context.Context {
 	return context.WithValue(ctx, callerKey{}, ctx)
 }
 
-// callerGone returns a context that ends when the call's caller is gone.
-func callerGone(ctx context.Context) (context.Context, context.CancelFunc) {
-	gone, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stops := []func() bool{context.AfterFunc(ctx, cancel)}
-	if req, ok := ctx.Value(callerKey{}).(context.Context); ok {
-		stops = append(stops, context.AfterFunc(req, cancel))
+// cancelWhenGone cancels run id when its caller goes, unless the api is
+// stopping. The returned func stops watching.
+//
+// Each watch is an AfterFunc on a context the caller's going cancels:
+// AfterFunc is triggered by the cancellation itself, before the handler
+// can see it and return, so a handler that returns because its caller
+// went cannot stop the watch in time to miss it. (A watch on a derived
+// context could: that context is cancelled from a goroutine of its own.)
+func (s *Server) cancelWhenGone(ctx context.Context, id string) func() {
+	var once sync.Once
+	cancelRun := func() {
+		once.Do(func() {
+			if s.stopping.Err() != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, err := s.runs.Cancel(cctx, id); err != nil {
+				s.log.Warn("cancel the run of a caller that went away", "run", id, "err", err)
+			} else {
+				s.log.Info("the caller went away; run cancelled", "run", id)
+			}
+		})
 	}
-	return gone, func() {
+	stops := []func() bool{context.AfterFunc(ctx, cancelRun)}
+	if req, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		stops = append(stops, context.AfterFunc(req, cancelRun))
+	}
+	return func() {
 		for _, stop := range stops {
 			stop()
 		}
-		cancel()
-	}
-}
-
-// cancelWhenGone cancels run id when its caller goes, unless the api is
-// stopping. The returned func stops watching.
-func (s *Server) cancelWhenGone(ctx context.Context, id string) func() {
-	gone, stopGone := callerGone(ctx)
-	stop := context.AfterFunc(gone, func() {
-		if s.stopping.Err() != nil {
-			return
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, err := s.runs.Cancel(cctx, id); err != nil {
-			s.log.Warn("cancel the run of a caller that went away", "run", id, "err", err)
-		} else {
-			s.log.Info("the caller went away; run cancelled", "run", id)
-		}
-	})
-	return func() {
-		stop()
-		stopGone()
 	}
 }
 
