@@ -48,6 +48,10 @@ var ErrFrameTooLarge = errors.New("agent: frame too large")
 type Run struct {
 	Code string            `json:"code"`
 	Env  map[string]string `json:"env,omitempty"`
+	// KeepState runs the code as a cell of the sandbox's kept interpreter
+	// (started for it if there is none), where what earlier cells defined
+	// persists.
+	KeepState bool `json:"keep_state,omitempty"`
 }
 
 // Hello is the agent's first frame.
@@ -67,7 +71,19 @@ type Exit struct {
 	// program left in the sandbox. A sandbox whose agent does not say so
 	// is not used again.
 	Clean bool `json:"clean,omitempty"`
+	// Kernel says, for a kept-state run, whether its interpreter was
+	// started for it (KernelNew) or had run earlier cells (KernelKept).
+	Kernel string `json:"kernel,omitempty"`
+	// StateLost is set when the run's kept interpreter died with it: it
+	// ignored an interrupt, crashed or exited.
+	StateLost bool `json:"state_lost,omitempty"`
 }
+
+// Values of Exit.Kernel.
+const (
+	KernelNew  = "new"
+	KernelKept = "kept"
+)
 
 // Failure reports a run the agent could not start.
 type Failure struct {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,8 +102,11 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	exited := make(chan Exit, 1)
 	defer func() {
 		if cur != nil {
-			cur.kill()
+			cur.end()
 			<-exited
+		}
+		if st.kernel != nil {
+			st.kernel.kill()
 		}
 	}()
 	for {
@@ -153,18 +157,20 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 				}
 			case frameKill:
 				if cur != nil {
-					_ = cur.kill()
+					cur.stop()
 				}
 			}
 		}
 	}
 }
 
-// process is one running program.
+// process is one running program, or a cell of the kept interpreter.
 type process struct {
-	pid   int
+	pid   int // the program; for a cell, its kernel
+	cell  *cell
+	done  chan struct{} // closed when the run is over
 	stdin *stdinQueue
-	spare func() int // a pid a sweep must not kill (the zygote), or 0
+	spare func() []int // pids a sweep must not kill: the zygote, the kernel
 	sweep bool
 }
 
@@ -173,6 +179,7 @@ type starter struct {
 	cfg    Config
 	waiter waiter
 	zygote *zygote // nil without one
+	kernel *kernel // the kept interpreter, if one was asked for; under busy
 	// busy is held from a program's start until nothing of it is left,
 	// and by the zygote while it starts: a process is dumpable from its
 	// exec until it makes itself not, and no program may be there to
@@ -217,25 +224,26 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
 	var (
-		pid  int
-		wait func() syscall.WaitStatus
+		pid    int
+		wait   func() syscall.WaitStatus
+		c      *cell
+		kstate string
 	)
-	if z := st.zygote; z != nil {
-		// A program that needs the heavy modules waits while the zygote
-		// imports them once, then forks with them, as every later one will.
-		if cfg.Preload != "" && cfg.PreloadWhen != nil && cfg.PreloadWhen.MatchString(run.Code) && z.waitReady(zygoteWait) {
-			if err := z.preload(cfg.Preload); err != nil {
-				log.Printf("preload: %v", err)
-			}
+	if run.KeepState {
+		c, kstate, err = st.startCell(run, path, env, [3]*os.File{stdinR, outW, errW})
+		if err == nil {
+			pid = c.k.pid
 		}
+	} else if z := st.zygote; z != nil {
+		st.preloadFor(run.Code)
 		if z.waitReady(zygoteWait) {
-			f, ferr := z.fork(path, cfg.Dir, env, [3]*os.File{stdinR, outW, errW})
+			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
 			if ferr == nil {
 				pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
 			}
 		}
 	}
-	if wait == nil {
+	if wait == nil && !run.KeepState {
 		cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = env
@@ -255,9 +263,16 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		return nil, fmt.Errorf("start program: %w", err)
 	}
 
-	p := &process{pid: pid, stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
-	if st.zygote != nil {
-		p.spare = st.zygote.processID
+	p := &process{pid: pid, cell: c, done: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
+	p.spare = func() []int {
+		var pids []int
+		if st.zygote != nil {
+			pids = append(pids, st.zygote.processID())
+		}
+		if st.kernel != nil {
+			pids = append(pids, st.kernel.pid)
+		}
+		return pids
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -267,7 +282,17 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	go p.stdin.run()
 
 	go func() {
-		ws := wait()
+		var ws syscall.WaitStatus
+		lost := false
+		if c != nil {
+			ws, lost = c.wait()
+			if lost {
+				st.kernel = nil
+			}
+		} else {
+			ws = wait()
+		}
+		close(p.done)
 		// The program is gone; take what it left running with it, which
 		// also closes the pipes those processes held.
 		clean := p.kill()
@@ -280,7 +305,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			closeAll(outR, errR)
 			<-drained
 		}
-		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean}
+		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean, Kernel: kstate, StateLost: lost}
 		if ws.Signaled() {
 			ex.ExitCode, ex.Signal = -1, int(ws.Signal())
 		}
@@ -293,6 +318,45 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		exited <- ex
 	}()
 	return p, nil
+}
+
+// preloadFor has the zygote import the heavy modules once a program needs
+// them: the program waits while it does, then forks with them, as every
+// later one will.
+func (st *starter) preloadFor(code string) {
+	z, cfg := st.zygote, st.cfg
+	if z != nil && cfg.Preload != "" && cfg.PreloadWhen != nil && cfg.PreloadWhen.MatchString(code) && z.waitReady(zygoteWait) {
+		if err := z.preload(cfg.Preload); err != nil {
+			log.Printf("preload: %v", err)
+		}
+	}
+}
+
+// startCell runs a kept-state run in the kernel, starting one if there is
+// none (or it died): the kernel is forked from the zygote, after the
+// preload the code calls for, so that it begins with the data stack
+// imported. It returns the cell and KernelNew or KernelKept.
+func (st *starter) startCell(run Run, path string, env []string, stdio [3]*os.File) (*cell, string, error) {
+	state := KernelKept
+	if st.kernel != nil && !st.kernel.alive() {
+		st.kernel.kill()
+		st.kernel = nil
+	}
+	if st.kernel == nil {
+		st.preloadFor(run.Code)
+		k, err := startKernel(st.zygote, st.cfg.Dir, env)
+		if err != nil {
+			return nil, "", err
+		}
+		st.kernel, state = k, KernelNew
+	}
+	c, err := st.kernel.run(path, run.Env, stdio)
+	if err != nil {
+		st.kernel.kill()
+		st.kernel = nil
+		return nil, "", err
+	}
+	return c, state, nil
 }
 
 // writeProgram writes a program's source for its launcher. The folder is
@@ -324,19 +388,37 @@ func writeProgram(dir, name, code string) error {
 	return nil
 }
 
-// kill ends the program's process group and, when sweeping, every other
-// process in the sandbox but init, the agent and the zygote. It reports
-// whether the sandbox was then found to hold nothing else.
+// stop is what a kill frame does: a program is killed with what it
+// started; a cell is interrupted, and its kernel killed if it does not
+// stop in time.
+func (p *process) stop() {
+	if p.cell != nil {
+		p.cell.k.interrupt(p.done)
+		return
+	}
+	p.kill()
+}
+
+// end kills the run outright, a cell's kernel included.
+func (p *process) end() {
+	if p.cell != nil {
+		p.cell.k.kill()
+	}
+	p.kill()
+}
+
+// kill ends the program's process group (a cell's kernel is spared) and,
+// when sweeping, every other process in the sandbox but init, the agent,
+// the zygote and the kernel. It reports whether the sandbox was then found
+// to hold nothing else.
 func (p *process) kill() bool {
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	if p.cell == nil {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
 	if !p.sweep {
 		return false
 	}
-	spare := 0
-	if p.spare != nil {
-		spare = p.spare()
-	}
-	return sweep(spare)
+	return sweep(p.spare())
 }
 
 // sweepTime bounds how long a sweep keeps killing before it gives up and
@@ -349,7 +431,7 @@ const sweepTime = 2 * time.Second
 // a killed one cannot, so the scans converge. It reports whether they did
 // in time. Zombies are dead already (their parent, the agent or the
 // zygote, reaps them).
-func sweep(spare int) bool {
+func sweep(spare []int) bool {
 	if os.Getuid() == 0 {
 		return false // never as root: that is not a sandbox
 	}
@@ -363,7 +445,7 @@ func sweep(spare int) bool {
 		found := false
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == 1 || pid == self || pid == spare || !alive(pid) {
+			if err != nil || pid == 1 || pid == self || slices.Contains(spare, pid) || !alive(pid) {
 				continue
 			}
 			found = true

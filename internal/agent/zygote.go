@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -219,24 +220,31 @@ func (z *zygote) processID() int {
 
 var errZygoteGone = errors.New("zygote is not running")
 
-// fork starts a program from the zygote with the given stdio.
-func (z *zygote) fork(path, dir string, env []string, stdio [3]*os.File) (zygoteFork, error) {
+// forkRequest is what the zygote forks: a program at Path, or a kernel.
+type forkRequest struct {
+	Path   string            `json:"path,omitempty"`
+	Dir    string            `json:"cwd"`
+	Env    []string          `json:"-"`
+	EnvMap map[string]string `json:"env"`
+	Kernel bool              `json:"kernel,omitempty"`
+}
+
+// fork starts a program (or a kernel) from the zygote with the given
+// descriptors: stdin, stdout, stderr and, for a kernel, its socket.
+func (z *zygote) fork(fr forkRequest, files []*os.File) (zygoteFork, error) {
 	z.mu.Lock()
 	sock, ready := z.sock, z.ready
 	z.mu.Unlock()
 	if sock == nil || !ready {
 		return zygoteFork{}, errZygoteGone
 	}
-	envMap := make(map[string]string, len(env))
-	for _, kv := range env {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				envMap[kv[:i]] = kv[i+1:]
-				break
-			}
+	fr.EnvMap = make(map[string]string, len(fr.Env))
+	for _, kv := range fr.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			fr.EnvMap[k] = v
 		}
 	}
-	req, err := json.Marshal(map[string]any{"path": path, "cwd": dir, "env": envMap})
+	req, err := json.Marshal(fr)
 	if err != nil {
 		return zygoteFork{}, err
 	}
@@ -244,8 +252,11 @@ func (z *zygote) fork(path, dir string, env []string, stdio [3]*os.File) (zygote
 	case <-z.forks: // a stale answer to a start that timed out
 	default:
 	}
-	rights := syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	if err := syscall.Sendmsg(int(sock.Fd()), req, rights, nil, 0); err != nil {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	if err := syscall.Sendmsg(int(sock.Fd()), req, syscall.UnixRights(fds...), nil, 0); err != nil {
 		return zygoteFork{}, fmt.Errorf("send to zygote: %w", err)
 	}
 	select {

@@ -10,6 +10,11 @@ child ends, {"exit": pid, "status": <wait status>}. A request {"preload":
 forked after it. The zygote says {"ready": true} when it starts and after
 each preload.
 
+A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
+SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
+see kernel()) that runs cell after cell in one namespace, for one
+conversation, until the agent closes the socket or kills it.
+
 The zygote outlives the programs it forks, so no program may reach it:
 it makes itself not dumpable before anything else (its /proc entries are
 root's: no program can open its socket or trace it), and it runs isolated
@@ -60,7 +65,7 @@ def preload(names):
 
 
 def child(req, fds):
-    """Becomes the program. Never returns."""
+    """Becomes the program, or a kernel. Never returns."""
     import atexit
     import builtins
     import random
@@ -76,13 +81,13 @@ def child(req, fds):
         pass
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    os.closerange(3, 65536)
+    os.closerange(len(fds), 65536)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.set_wakeup_fd(-1)
 
-    path = req["path"]
+    path = req.get("path") or "/tmp/runbox/main.py"
     os.environ.clear()
     os.environ.update(req.get("env") or {})
     os.chdir(req.get("cwd") or "/data")
@@ -105,25 +110,15 @@ def child(req, fds):
         except Exception:
             pass
     atexit._clear()
+    if req.get("kernel"):
+        serve_kernel(socket.socket(fileno=3))
+        os._exit(0)
 
-    code = 0
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-        main = types.ModuleType("__main__")
-        main.__file__ = path
-        main.__builtins__ = builtins
-        sys.modules["__main__"] = main
-        exec(compile(source, path, "exec"), main.__dict__)
-    except SystemExit as e:
-        code = exit_code(e.code)
-    except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-            tb = tb.tb_next
-        # The default hook prints the exception's own traceback.
-        sys.excepthook(type(e), e.with_traceback(tb), tb)
-        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    code = run_source(main.__dict__, path)
     try:
         threading._shutdown()
         atexit._run_exitfuncs()
@@ -135,6 +130,113 @@ def child(req, fds):
         except Exception:
             code = code or 120
     os._exit(code)
+
+
+def run_source(namespace, path, echo=False):
+    """Runs the program at path in namespace; returns its exit code. With
+    echo, a final bare expression's value is shown as a notebook (or the
+    interactive interpreter) shows it."""
+    code = 0
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        if not echo:
+            exec(compile(source, path, "exec"), namespace)
+            return 0
+        import ast
+
+        tree = ast.parse(source, path)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, path, "exec"), namespace)
+        if last is not None:
+            sys.displayhook(eval(compile(last, path, "eval"), namespace))
+    except SystemExit as e:
+        code = exit_code(e.code)
+    except BaseException as e:
+        print_exception(e)
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    return code
+
+
+def print_exception(e):
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    # The default hook prints the exception's own traceback.
+    sys.excepthook(type(e), e.with_traceback(tb), tb)
+
+
+def serve_kernel(ctl):
+    """Runs cells in one namespace until the agent closes ctl. Each request
+    {"seq", "path", "env"} carries the cell's stdin, stdout and stderr; the
+    answer {"seq", "done": exit code} goes out once the cell is over and
+    its stdio are back on /dev/null. SIGINT interrupts a cell
+    (KeyboardInterrupt) and is ignored between cells."""
+    import builtins
+    import json
+    import types
+
+    os.set_inheritable(ctl.fileno(), False)
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    # plt.show() saves figures into /data (runbox_inline.py).
+    sys.path.append(os.path.join(os.path.dirname(__file__), "lib"))
+    os.environ["MPLBACKEND"] = "module://runbox_inline"
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].switch_backend("module://runbox_inline")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    ctl.send(b'{"ready": true}')
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 3)
+        if not msg:
+            os._exit(0)
+        req = json.loads(msg)
+        reap()
+        if len(fds) != 3:
+            os._exit(70)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin = open(0, "r", closefd=False)
+        os.environ.update(req.get("env") or {})
+        path = req["path"]
+        main.__file__ = path
+        sys.argv = [path]
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            code = run_source(main.__dict__, path, echo=True)
+        except KeyboardInterrupt:
+            code = 130
+        # An interrupt that comes now is too late for the cell: ignored.
+        while True:
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                break
+            except KeyboardInterrupt:
+                code = 130
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                code = code or 120
+        for target in range(3):
+            os.dup2(devnull, target)
+        ctl.send(json.dumps({"seq": req.get("seq"), "done": code}).encode())
+
+
+def reap():
+    """Collects the kernel's children that the agent's sweep killed."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def exit_code(value):
@@ -169,7 +271,7 @@ def main():
     while True:
         for key, _ in sel.select():
             if key.fileobj is ctl:
-                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
+                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 4)
                 if not msg:
                     return
                 req = json.loads(msg)
