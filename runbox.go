@@ -17,6 +17,8 @@ type Spec struct {
 	Env            map[string]string `json:"env,omitempty"`
 	// Interactive keeps the program's stdin open for input sent later.
 	Interactive bool `json:"interactive,omitempty"`
+	// KeepState runs Python code in the conversation's kept interpreter.
+	KeepState bool `json:"keep_state,omitempty"`
 }
 
 // Timeout is the run's wall-clock limit.
@@ -43,6 +45,10 @@ type Result struct {
 	TimedOut        bool       `json:"timed_out"`
 	OOMKilled       bool       `json:"oom_killed"`
 	Cancelled       bool       `json:"cancelled,omitempty"`
+	// StateLost says that a kept-state run did not find the state earlier
+	// runs left: its interpreter was lost (with this run, or since the
+	// last one: idle, evicted, closed, or its executor restarted).
+	StateLost bool `json:"state_lost,omitempty"`
 	DurationMS      int64      `json:"duration_ms"`
 	RunID           string     `json:"run_id"`
 	ConversationID  string     `json:"conversationId"`

@@ -309,6 +309,8 @@ type result struct {
 	Files           []fileInfo `json:"files"`
 	Artifacts       []fileInfo `json:"artifacts"`
 	Error           string     `json:"error"`
+	Cancelled       bool       `json:"cancelled"`
+	StateLost       bool       `json:"state_lost"`
 }
 
 type fileInfo struct {

@@ -192,6 +192,11 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	if len(cfg.Launch) == 0 {
 		return nil, errors.New("agent has no launch command")
 	}
+	if run.KeepState && st.zygote != nil && (st.kernel == nil || !st.kernel.alive()) {
+		// A kernel is forked from the zygote, which may be yet to start:
+		// it starts only while no program runs, so wait before taking busy.
+		st.zygote.awaitReady(zygoteWait)
+	}
 	st.busy.Lock()
 	defer func() {
 		if err != nil {

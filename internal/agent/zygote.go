@@ -91,6 +91,23 @@ func (z *zygote) waitReady(d time.Duration) bool {
 	}
 }
 
+// awaitReady waits up to d for the zygote to be ready, whether it is
+// running or yet to start (it starts only while no program runs).
+func (z *zygote) awaitReady(d time.Duration) bool {
+	z.mu.Lock()
+	ready, ch := z.ready, z.readyCh
+	z.mu.Unlock()
+	if ready {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // preload asks the zygote, once, to import modules for the programs to
 // come. It is not ready again until it has.
 func (z *zygote) preload(modules string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
@@ -476,6 +477,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		Env:            spec.Env,
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
+		KeepState:      spec.KeepState,
 	}
 	switch {
 	case spec.Interactive:
@@ -491,6 +493,13 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	st.result.Output = st.result.Stdout + st.result.Stderr
 	st.result.DurationMS = oc.Duration.Milliseconds()
 	st.result.Files, st.result.Artifacts = e.fileInfos(spec.ConversationID, before, log)
+	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
+		lost, err := e.store.KeptState(context.WithoutCancel(ctx), spec.ConversationID, oc.Kernel == agent.KernelNew, oc.StateLost)
+		if err != nil {
+			log.Warn("record kept state", "err", err)
+		}
+		st.result.StateLost = lost
+	}
 
 	now := time.Now()
 	if runErr != nil && ctx.Err() != nil {

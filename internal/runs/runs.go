@@ -55,6 +55,7 @@ type Request struct {
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; the server's maximum if omitted"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to the program's standard input"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+	KeepState      bool              `json:"keep_state,omitempty" jsonschema:"python only: run in the conversation's kept interpreter, where variables, imports and loaded data persist between calls, and a final bare expression is shown as a notebook shows it; plt.show() saves figures to /data; the result's state_lost says when earlier state was lost"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"the same key within 24 hours returns the same run instead of running the code again"`
 }
 
@@ -77,6 +78,7 @@ func (r Request) Spec() runbox.Spec {
 		TimeoutSeconds: r.TimeoutSeconds,
 		Stdin:          r.Stdin,
 		Env:            r.Env,
+		KeepState:      r.KeepState,
 	}
 }
 
@@ -137,6 +139,8 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 		return spec, runbox.Errorf(runbox.ETooLarge, "code is %d bytes; the limit is %d", len(spec.Code), s.limits.MaxCodeBytes)
 	case len(spec.Stdin) > s.limits.MaxStdinBytes:
 		return spec, runbox.Errorf(runbox.ETooLarge, "stdin is %d bytes; the limit is %d", len(spec.Stdin), s.limits.MaxStdinBytes)
+	case spec.KeepState && spec.Language != "python":
+		return spec, runbox.Errorf(runbox.EInvalid, "keep_state is for python only")
 	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > s.limits.MaxTimeoutSeconds:
 		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", s.limits.MaxTimeoutSeconds)
 	}

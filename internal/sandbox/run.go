@@ -15,7 +15,7 @@ import (
 // run sends req to the agent and relays its output until the program ends.
 func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, error) {
 	start := time.Now()
-	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env}); err != nil {
+	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState}); err != nil {
 		return Outcome{}, fmt.Errorf("send program: %w", err)
 	}
 	// Input must never reach the sandbox's next program: the gate closes
@@ -25,22 +25,35 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	go sb.feedStdin(req.Stdin, gate)
 
 	// Killing the container is the one sure way to stop everything in it;
-	// the receive loop then ends on EOF.
+	// the receive loop then ends on EOF. A cell of the kept interpreter is
+	// interrupted instead, so that its state survives; the agent ends it
+	// within its grace, or the container goes after all.
 	var (
 		mu       sync.Mutex
 		timedOut bool
 		killed   bool
+		backstop *time.Timer
 	)
 	kill := func(timeout bool) {
 		mu.Lock()
+		defer mu.Unlock()
 		if killed {
-			mu.Unlock()
 			return
 		}
 		killed, timedOut = true, timeout
-		mu.Unlock()
+		if req.KeepState && sb.conn.Kill() == nil {
+			backstop = time.AfterFunc(interruptBackstop, func() { sb.m.kill(sb.id) })
+			return
+		}
 		sb.m.kill(sb.id)
 	}
+	defer func() {
+		mu.Lock()
+		if backstop != nil {
+			backstop.Stop()
+		}
+		mu.Unlock()
+	}()
 	timer := time.AfterFunc(req.Timeout, func() { kill(true) })
 	defer timer.Stop()
 	stop := context.AfterFunc(ctx, func() { kill(false) })
@@ -70,9 +83,15 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	mu.Lock()
 	oc.TimedOut, oc.Cancelled = timedOut, killed && !timedOut
 	mu.Unlock()
+	if exit != nil {
+		oc.Kernel, oc.StateLost = exit.Kernel, exit.StateLost
+	}
 	switch {
 	case oc.TimedOut || oc.Cancelled:
 		oc.ExitCode = -1
+		// An interrupted cell that ended in time leaves a sound sandbox.
+		oc.interrupted = exit != nil
+		oc.unclean = exit != nil && !exit.Clean
 		return oc, nil
 	case exit != nil:
 		oc.ExitCode, oc.OOMKilled, oc.unclean = exit.ExitCode, exit.OOMKilled, !exit.Clean
@@ -92,6 +111,11 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	}
 	return oc, fmt.Errorf("sandbox ended unexpectedly: %w (agent: %s)", recvErr, sb.agentErr.String())
 }
+
+// interruptBackstop bounds how long an interrupted cell may take to end
+// (the agent's 2 s grace, its sweep and the output drain) before its
+// sandbox is killed.
+const interruptBackstop = 10 * time.Second
 
 // stdinGate lets a run's input through only while the run lasts.
 type stdinGate struct {

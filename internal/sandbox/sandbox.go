@@ -194,6 +194,8 @@ type Request struct {
 	Timeout time.Duration
 	// DataDir is the host folder mounted at /data.
 	DataDir string
+	// KeepState runs Python code in the sandbox's kept interpreter.
+	KeepState bool
 }
 
 // Stream names an output stream.
@@ -216,9 +218,18 @@ type Outcome struct {
 	// Cancelled is set when ctx ended the run; context.Cause(ctx) says why.
 	Cancelled bool
 	Duration  time.Duration
+	// Kernel is, for a kept-state run, agent.KernelNew when its
+	// interpreter was started for it, agent.KernelKept when it had run
+	// earlier cells.
+	Kernel string
+	// StateLost is set when the kept interpreter died with the run.
+	StateLost bool
 	// unclean is set when the agent could not show that nothing of the
 	// program is left; the sandbox is then removed, never reused.
 	unclean bool
+	// interrupted is set when a timed-out or cancelled cell was
+	// interrupted and ended in time: its sandbox and state live on.
+	interrupted bool
 }
 
 // ErrUnknownLanguage reports a language no runner image offers.
@@ -251,6 +262,8 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 		m.log.Warn("a program left processes the agent could not end; removing its sandbox", "container", shortID(sb.id))
 		m.discard(sb)
 		m.refill(runner, req)
+	case oc.interrupted:
+		m.park(sb)
 	case oc.TimedOut || oc.Cancelled:
 		m.discard(sb)
 		if oc.TimedOut {

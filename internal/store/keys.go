@@ -34,3 +34,6 @@ const (
 	cancelFlagField = "cancel"
 	specField       = "spec"
 )
+
+// A conversation whose kept interpreter has run cells.
+func keptStateKey(cid string) string { return prefix + "conv:" + cid + ":kept" }
