@@ -91,6 +91,22 @@ func run(binDir, outFile string, n int) error {
 		met:      l.Median <= 60*time.Millisecond && float64(l.Median) <= 0.15*float64(dr.Median),
 	})
 
+	log.Print("run_code keep_state 1+1 over /mcp, sequential")
+	klat, _, err := bench.SequentialArgs(ctx, cs, map[string]any{"language": "python", "code": "1 + 1",
+		"conversationId": "bench-kept", "keep_state": true}, 5, n)
+	if err != nil {
+		return err
+	}
+	kl := bench.Summarize(klat)
+	rows = append(rows, row{
+		measure:  "`run_code` `keep_state` cell `1 + 1` over `/mcp`, sequential",
+		result:   pair(kl),
+		baseline: "fresh process " + ms(l.Median),
+		ratio:    ratio(kl.Median, l.Median),
+		target:   "≤ 25 ms",
+		met:      kl.Median <= 25*time.Millisecond,
+	})
+
 	log.Print("run_code print(1), each in a new conversation")
 	var fresh []time.Duration
 	for range max(n/5, 10) {

@@ -164,7 +164,11 @@ func Summarize(samples []time.Duration) Stats {
 // (after warmup runs that are not measured), and returns each run's
 // latency and queue delay.
 func Sequential(ctx context.Context, cs *mcp.ClientSession, cid, language, code string, warmup, n int) (latency, queue []time.Duration, err error) {
-	args := map[string]any{"language": language, "code": code, "conversationId": cid}
+	return SequentialArgs(ctx, cs, map[string]any{"language": language, "code": code, "conversationId": cid}, warmup, n)
+}
+
+// SequentialArgs is Sequential with run_code's arguments given whole.
+func SequentialArgs(ctx context.Context, cs *mcp.ClientSession, args map[string]any, warmup, n int) (latency, queue []time.Duration, err error) {
 	for range warmup {
 		if _, err := RunCode(ctx, cs, args, nil); err != nil {
 			return nil, nil, err
