@@ -83,7 +83,7 @@ func TestPlayground(t *testing.T) {
 	if err != nil || width < 100 {
 		t.Fatalf("chart not rendered: width %d, %v", width, err)
 	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100) // 100: PNG)
 	if err != nil {
 		t.Fatal(err)
 	}
