@@ -83,7 +83,7 @@ func TestPlayground(t *testing.T) {
 	if err != nil || width < 100 {
 		t.Fatalf("chart not rendered: width %d, %v", width, err)
 	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100) // 100: PNG)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
 	if err != nil {
 		t.Fatal(err)
 	}
