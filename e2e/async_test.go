@@ -135,7 +135,18 @@ func TestAsyncRuns(t *testing.T) {
 		if res := call(t, cs, "cancel_run", map[string]any{"run_id": b.RunID}, &c); res.IsError || c.Status != "cancelled" {
 			t.Fatalf("cancel queued: %s", text(res))
 		}
-		waitFor(t, func() bool { _, err := os.Stat(s.root + "/" + cid + "/files/partial.txt"); return err == nil })
+		// Running, with its output published (the file alone is not enough
+		// on a loaded machine: the output may not have reached Redis yet).
+		waitFor(t, func() bool {
+			var p progress
+			call(t, cs, "get_run", map[string]any{"run_id": a.RunID}, &p)
+			for _, ev := range p.Events {
+				if ev.Type == "stdout" && ev.Data == "up\n" {
+					return true
+				}
+			}
+			return false
+		})
 		begin := time.Now()
 		if res := call(t, cs, "cancel_run", map[string]any{"run_id": a.RunID}, &c); res.IsError || c.Status != "cancelled" {
 			t.Fatalf("cancel running: %s", text(res))

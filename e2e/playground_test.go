@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +30,14 @@ func TestPlayground(t *testing.T) {
 		chromedp.Flag("disable-background-networking", true))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
+	tab, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+	// The first call starts the browser, which lives as long as that
+	// call's context: no deadline on it.
+	if err := chromedp.Do(tab, chromedp.Navigate(s.url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(tab, 3*time.Minute)
 	defer cancel()
 
 	csv := filepath.Join(t.TempDir(), "sales.csv")
@@ -53,7 +59,6 @@ func TestPlayground(t *testing.T) {
 		do   chromedp.Action[chromedp.Void]
 	}{
 		{"open", chromedp.Steps(
-			chromedp.Navigate(s.url + "/"),
 			chromedp.WaitVisible(chromedp.ID("run")),
 			chromedp.SendKeys(chromedp.ID("token"), token),
 		)},
@@ -75,7 +80,7 @@ func TestPlayground(t *testing.T) {
 	}
 	for _, st := range steps {
 		if err := chromedp.Do(ctx, st.do); err != nil {
-			t.Fatalf("%s: %v", st.name, err)
+			t.Fatalf("%s: %v; the page says %s", st.name, err, pageState(tab))
 		}
 	}
 	// The chart is rendered: the browser loaded and decoded the PNG.
@@ -114,7 +119,7 @@ func TestPlayground(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="output" and contains(., "4")]`)),
 	)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; the page says %s", err, pageState(tab))
 	}
 	statusText, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
 	if err != nil {
@@ -123,4 +128,16 @@ func TestPlayground(t *testing.T) {
 	if strings.Contains(statusText, "lost") {
 		t.Errorf("status after stop: %q", statusText)
 	}
+}
+
+// pageState returns the status and output the page shows, for a failure's
+// message.
+func pageState(tab context.Context) string {
+	ctx, cancel := context.WithTimeout(tab, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`"status: " + document.getElementById("status").textContent + "; output: " + document.getElementById("output").textContent`))
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%q", v)
 }
