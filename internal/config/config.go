@@ -116,7 +116,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
 		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
-		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", defaultPollInterval(getenv("REDIS_URL"))),
+		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", DefaultPollInterval),
 		MetricsAddr:              p.str("EXECUTOR_METRICS_ADDR", ""),
 		Pool:                     p.str("SANDBOX_POOL", "1,python=2"),
 		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
@@ -180,16 +180,11 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	return c, nil
 }
 
-// defaultPollInterval is how often an idle executor asks Redis for work:
-// 2 ms on a real Redis (a run starts ~2 ms after it is sent, for ~12% of a
-// core while idle); 10 ms on the embedded one, whose scripts cost more per
-// call and whose users are on a laptop (~8% of a core).
-func defaultPollInterval(redisURL string) time.Duration {
-	if redisURL == "" {
-		return 10 * time.Millisecond
-	}
-	return 2 * time.Millisecond
-}
+// DefaultPollInterval is how often an idle executor asks asynq for work. A
+// run starts at once without it: every run enqueued is announced to idle
+// executors, which wait on the announcements (store.Wake); the poll only
+// finds what an announcement missed (an executor that died holding one).
+const DefaultPollInterval = time.Second
 
 // defaultBaseURL is http://localhost on the port clients reach api on:
 // RUNBOX_PORT, the port docker-compose.yml publishes, or else the one api

@@ -84,8 +84,15 @@ type Executor struct {
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
 
+	// slots bound the runs this executor runs at once, whether asynq
+	// handed them out or an announcement did (wake.go).
+	slots chan struct{}
+
 	mu     sync.Mutex
 	active map[string]context.CancelCauseFunc // by run id
+	ended  map[string]chan struct{}           // closed when the active run of that id ends
+
+	stopWake func() // stops taking announced runs and waits
 
 	stopBackground context.CancelFunc
 	background     sync.WaitGroup
@@ -106,6 +113,7 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Sch
 	return &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
+		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
 	}
@@ -170,6 +178,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	wd := NewWatchdog(e.store, e.sched, e.log)
 	e.every(bg, WatchdogInterval, wd.Check)
 	e.background.Go(func() { e.fillPool(bg) })
+	e.stopWake = e.takeAnnounced(bg)
 	e.background.Go(func() { e.listenForCancels(bg) })
 	e.background.Go(func() { e.listenForClosed(bg) })
 	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
@@ -328,6 +337,7 @@ func (e *Executor) Shutdown(ctx context.Context) {
 	if e.srv == nil {
 		return
 	}
+	e.stopWake()
 	e.srv.Stop()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)
 	defer grace.Stop()
@@ -383,34 +393,67 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
-	spec, err := e.store.Spec(ctx, p.RunID)
+	// A run this executor took when it was announced is running here
+	// already: the task ends with it, so that the dashboard shows it
+	// active while it runs.
+	e.mu.Lock()
+	ended, here := e.ended[p.RunID]
+	e.mu.Unlock()
+	if here {
+		select {
+		case <-ended:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-e.slots }()
+	return e.process(ctx, p.RunID)
+}
+
+// process claims run id and runs it, holding one of the executor's slots.
+// ctx bounds the run (asynq's deadline and shutdown).
+func (e *Executor) process(ctx context.Context, id string) error {
+	spec, err := e.store.Spec(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		e.log.Warn("task for a run that does not exist", "run", p.RunID)
+		e.log.Warn("task for a run that does not exist", "run", id)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read run: %w", err)
 	}
-	log := e.log.With("run", p.RunID, "conversation", spec.ConversationID, "language", spec.Language)
+	log := e.log.With("run", id, "conversation", spec.ConversationID, "language", spec.Language)
 
 	// The run is registered as active before it is claimed, so that a
 	// shutdown waits for it or ends it.
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	e.mu.Lock()
-	e.active[p.RunID] = cancel
+	if _, dup := e.active[id]; dup {
+		// Announced and handed out by asynq at once: one of them runs it.
+		e.mu.Unlock()
+		return nil
+	}
+	ended := make(chan struct{})
+	e.active[id], e.ended[id] = cancel, ended
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
-		delete(e.active, p.RunID)
+		delete(e.active, id)
+		delete(e.ended, id)
 		e.mu.Unlock()
+		close(ended)
 	}()
 	// asynq cancels ctx when it gives up on the task (its deadline, or its
 	// own shutdown timeout): the run ends then too.
 	stop := context.AfterFunc(ctx, func() { cancel(ErrShutdown) })
 	defer stop()
 
-	ok, err := e.store.Claim(runCtx, p.RunID, e.cfg.ID, e.cfg.Lease)
+	ok, err := e.store.Claim(runCtx, id, e.cfg.ID, e.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("claim run: %w", err)
 	}
@@ -422,10 +465,10 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	log.Debug("run started")
 	stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
-	res := e.run(runCtx, p.RunID, spec, log)
+	res := e.run(runCtx, id, spec, log)
 	stopWatch()
 	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
-	return e.finish(p.RunID, spec.ConversationID, res, log)
+	return e.finish(id, spec.ConversationID, res, log)
 }
 
 // runState is what a run produced, for finish.

@@ -10,8 +10,9 @@ import (
 
 // metrics are what an executor tells Prometheus.
 type metrics struct {
-	finished *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	finished  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	announced prometheus.Counter
 }
 
 // newMetrics registers an executor's metrics on reg (nil: none kept).
@@ -25,9 +26,12 @@ func newMetrics(reg prometheus.Registerer, warm, live func() int) *metrics {
 			Name: "runbox_run_duration_seconds", Help: "How long programs ran, by language.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"language"}),
+		announced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runbox_runs_announced_total", Help: "Announced runs this executor took at once, rather than at asynq's next poll.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.finished, m.duration,
+		reg.MustRegister(m.finished, m.duration, m.announced,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "runbox_sandboxes_warm", Help: "Idle sandboxes kept for their conversations.",
 			}, func() float64 { return float64(warm()) }),

@@ -42,7 +42,15 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return s.queue.Enqueue(ctx, id, spec.Timeout())
+	if err := s.queue.Enqueue(ctx, id, spec.Timeout()); err != nil {
+		return err
+	}
+	// An idle executor takes it now rather than at its next poll; if the
+	// announcement is lost, the poll still finds the task.
+	if err := s.store.Wake(ctx, id); err != nil {
+		s.log.Warn("announce a run", "run", id, "err", err)
+	}
+	return nil
 }
 
 // Sweep moves on every conversation whose head has ended, and enqueues

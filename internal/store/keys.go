@@ -31,6 +31,7 @@ const (
 	busyConvsKey    = prefix + "convs:busy" // conversations with a head
 	cancelChannel   = prefix + "cancel"     // run ids whose cancellation was asked for
 	closedChannel   = prefix + "closed"     // ids of closed conversations
+	wakeKey         = prefix + "wake"       // runs just enqueued, for an idle executor (wake.go)
 	cancelFlagField = "cancel"
 	specField       = "spec"
 )
