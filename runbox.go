@@ -35,25 +35,25 @@ type FileInfo struct {
 
 // Result is how a run ended.
 type Result struct {
-	Success         bool       `json:"success"`
-	Output          string     `json:"output"`
-	ExitCode        int        `json:"exit_code"`
-	Stdout          string     `json:"stdout"`
-	Stderr          string     `json:"stderr"`
-	StdoutTruncated bool       `json:"stdout_truncated"`
-	StderrTruncated bool       `json:"stderr_truncated"`
-	TimedOut        bool       `json:"timed_out"`
-	OOMKilled       bool       `json:"oom_killed"`
-	Cancelled       bool       `json:"cancelled,omitempty"`
+	Success         bool   `json:"success"`
+	Output          string `json:"output"`
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+	OOMKilled       bool   `json:"oom_killed"`
+	Cancelled       bool   `json:"cancelled,omitempty"`
 	// StateLost says that a kept-state run did not find the state earlier
 	// runs left: its interpreter was lost (with this run, or since the
 	// last one: idle, evicted, closed, or its executor restarted).
-	StateLost bool `json:"state_lost,omitempty"`
-	DurationMS      int64      `json:"duration_ms"`
-	RunID           string     `json:"run_id"`
-	ConversationID  string     `json:"conversationId"`
-	Files           []FileInfo `json:"files"`
-	Artifacts       []FileInfo `json:"artifacts"`
+	StateLost      bool       `json:"state_lost,omitempty"`
+	DurationMS     int64      `json:"duration_ms"`
+	RunID          string     `json:"run_id"`
+	ConversationID string     `json:"conversationId"`
+	Files          []FileInfo `json:"files"`
+	Artifacts      []FileInfo `json:"artifacts"`
 	// Error says why the service could not run the program to its end; it
 	// is empty when the program itself decided the outcome.
 	Error string `json:"error,omitempty"`
