@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -54,19 +55,34 @@ func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	done := make(chan *asynq.QueueInfo, 1)
+	type counts struct{ pending, active int }
+	done := make(chan *counts, 1)
 	go func() {
-		info, err := q.inspector.GetQueueInfo(queue.Name)
+		// The shared queue and every executor's own (queue.ExecutorQueue).
+		names, err := q.inspector.Queues()
 		if err != nil {
-			info = nil
+			done <- nil
+			return
 		}
-		done <- info
+		var c counts
+		for _, name := range names {
+			if name != queue.Name && !strings.HasPrefix(name, queue.ExecutorQueue("")) {
+				continue
+			}
+			info, err := q.inspector.GetQueueInfo(name)
+			if err != nil {
+				continue // removed since
+			}
+			c.pending += info.Pending
+			c.active += info.Active
+		}
+		done <- &c
 	}()
 	select {
-	case info := <-done:
-		if info != nil {
-			ch <- prometheus.MustNewConstMetric(q.pending, prometheus.GaugeValue, float64(info.Pending))
-			ch <- prometheus.MustNewConstMetric(q.active, prometheus.GaugeValue, float64(info.Active))
+	case c := <-done:
+		if c != nil {
+			ch <- prometheus.MustNewConstMetric(q.pending, prometheus.GaugeValue, float64(c.pending))
+			ch <- prometheus.MustNewConstMetric(q.active, prometheus.GaugeValue, float64(c.active))
 		}
 	case <-ctx.Done():
 	}

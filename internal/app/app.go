@@ -215,6 +215,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		PollInterval:  cfg.PollInterval,
 		Metrics:       metrics,
 		Pool:          pool,
+		OwnerTTL:      cfg.SessionTTL,
 	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		qc.Close()

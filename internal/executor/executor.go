@@ -64,6 +64,10 @@ type Config struct {
 	// Pool is how many sandboxes of each language wait, started, for new
 	// conversations.
 	Pool sandbox.WarmLimits
+	// OwnerTTL is how long a conversation's next runs come to this
+	// executor after its last one here: as long as its sandbox idles
+	// (sandbox.DefaultIdleTTL if 0).
+	OwnerTTL time.Duration
 }
 
 // Executor takes runs off the queue and runs them.
@@ -110,6 +114,9 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Sch
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.OwnerTTL == 0 {
+		cfg.OwnerTTL = sandbox.DefaultIdleTTL
+	}
 	return &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
@@ -145,8 +152,10 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 
 	e.srv = asynq.NewServer(e.redis, asynq.Config{
-		Concurrency:       e.cfg.Concurrency,
-		Queues:            map[string]int{queue.Name: 1},
+		Concurrency: e.cfg.Concurrency,
+		// Its own queue first: the conversations whose sandbox it holds.
+		Queues:            map[string]int{queue.ExecutorQueue(e.cfg.ID): 2, queue.Name: 1},
+		StrictPriority:    true,
 		TaskCheckInterval: e.cfg.PollInterval,
 		// Our own shutdown ends every run before asynq's; this is a backstop.
 		ShutdownTimeout: 10 * time.Second,
@@ -365,6 +374,7 @@ wait:
 		}
 	}
 	e.srv.Shutdown()
+	e.removeQueue()
 	e.stopBackground()
 	e.background.Wait()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -379,6 +389,18 @@ wait:
 		e.log.Warn("remove slots", "err", err)
 	}
 	e.log.Info("executor stopped")
+}
+
+// removeQueue removes the executor's own queue from asynq (and so from the
+// dashboard) when nothing waits in it; what does is enqueued again for
+// any executor by the sweep once this one is gone.
+func (e *Executor) removeQueue() {
+	in := asynq.NewInspector(e.redis)
+	defer in.Close()
+	err := in.DeleteQueue(queue.ExecutorQueue(e.cfg.ID), false)
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		e.log.Info("keep the executor's queue", "err", err)
+	}
 }
 
 func (e *Executor) activeCount() int {
@@ -628,6 +650,10 @@ func (e *Executor) finish(runID, cid string, st runState, log *slog.Logger) erro
 	defer cancel()
 	if st.failure != nil {
 		log.Error("run failed", "err", st.failure)
+	}
+	// Before the next run is enqueued: it comes here, to the sandbox.
+	if err := e.store.SetOwner(ctx, cid, e.cfg.ID, e.cfg.OwnerTTL); err != nil {
+		log.Warn("record the conversation's executor", "err", err)
 	}
 	a, err := e.store.Finish(ctx, runID, store.Ending{
 		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,

@@ -27,7 +27,7 @@ func (e *Executor) takeAnnounced(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			}
-			id, err := e.store.AwaitWake(ctx, announceWait)
+			id, err := e.store.AwaitWake(ctx, announceWait, e.cfg.ID)
 			if id == "" {
 				<-e.slots
 				if ctx.Err() != nil {

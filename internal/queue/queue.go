@@ -16,7 +16,9 @@ import (
 const (
 	// TypeRun is the task that runs a program.
 	TypeRun = "run"
-	// Name is the queue runs wait in.
+	// Name is the queue runs wait in for any executor; each executor also
+	// has a queue of its own (ExecutorQueue) for the conversations whose
+	// sandbox it holds.
 	Name = "runs"
 	// Retention keeps finished tasks visible in the dashboard for a while.
 	Retention = time.Hour
@@ -31,17 +33,20 @@ type Payload struct {
 	RunID string `json:"run_id"`
 }
 
-// NewTask returns the task for a run that may take timeout. The task id is
-// the run id, so a run is never enqueued twice; it is never retried, so
-// user code never runs twice.
-func NewTask(runID string, timeout time.Duration) (*asynq.Task, error) {
+// ExecutorQueue is the queue of runs for one executor.
+func ExecutorQueue(executor string) string { return Name + "@" + executor }
+
+// NewTask returns the task for a run that may take timeout, in queue q.
+// The task id is the run id, so a run is never enqueued twice in a queue;
+// it is never retried, so user code never runs twice.
+func NewTask(runID string, timeout time.Duration, q string) (*asynq.Task, error) {
 	b, err := json.Marshal(Payload{RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("encode task: %w", err)
 	}
 	return asynq.NewTask(TypeRun, b,
 		asynq.TaskID(runID),
-		asynq.Queue(Name),
+		asynq.Queue(q),
 		asynq.MaxRetry(0),
 		asynq.Timeout(timeout.Truncate(time.Second)+timeoutMargin),
 		asynq.Retention(Retention),
@@ -80,34 +85,38 @@ func (c *Client) Close() error { return errors.Join(c.c.Close(), c.in.Close()) }
 // killed, a Redis blip), or completed — is replaced: the run is still
 // queued, and left so its conversation would wait forever. The store's
 // claim keeps it from running twice, whatever happened to the old task.
-func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duration) error {
-	t, err := NewTask(runID, timeout)
+// It reports whether it made a task.
+func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duration, q string) (bool, error) {
+	t, err := NewTask(runID, timeout, q)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for range 2 {
 		_, err = c.c.EnqueueContext(ctx, t)
 		if !errors.Is(err, asynq.ErrTaskIDConflict) {
 			break
 		}
-		info, ierr := c.in.GetTaskInfo(Name, runID)
+		info, ierr := c.in.GetTaskInfo(q, runID)
 		if ierr != nil {
 			if errors.Is(ierr, asynq.ErrTaskNotFound) {
 				continue // gone since: enqueue again
 			}
-			return fmt.Errorf("enqueue run %s: inspect its task: %w", runID, ierr)
+			return false, fmt.Errorf("enqueue run %s: inspect its task: %w", runID, ierr)
 		}
 		if info.State != asynq.TaskStateArchived && info.State != asynq.TaskStateCompleted {
-			return nil // waiting or being handled
+			return false, nil // waiting or being handled
 		}
-		if derr := c.in.DeleteTask(Name, runID); derr != nil && !errors.Is(derr, asynq.ErrTaskNotFound) {
-			return fmt.Errorf("enqueue run %s: replace its finished task: %w", runID, derr)
+		if derr := c.in.DeleteTask(q, runID); derr != nil && !errors.Is(derr, asynq.ErrTaskNotFound) {
+			return false, fmt.Errorf("enqueue run %s: replace its finished task: %w", runID, derr)
 		}
 	}
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("enqueue run %s: %w", runID, err)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("enqueue run %s: %w", runID, err)
+	}
+	return true, nil
 }
 
 // RedisOpt parses a redis:// URL for asynq.

@@ -42,12 +42,25 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.queue.Enqueue(ctx, id, spec.Timeout()); err != nil {
+	// A conversation's runs go to the executor that holds its sandbox
+	// (and kept interpreter) while it lives; to any executor otherwise. A
+	// run stranded in the queue of an executor that died is enqueued again
+	// by Sweep, then in the shared queue.
+	owner, err := s.store.Owner(ctx, spec.ConversationID)
+	if err != nil {
+		return err
+	}
+	q := Name
+	if owner != "" {
+		q = ExecutorQueue(owner)
+	}
+	made, err := s.queue.Enqueue(ctx, id, spec.Timeout(), q)
+	if err != nil || !made {
 		return err
 	}
 	// An idle executor takes it now rather than at its next poll; if the
 	// announcement is lost, the poll still finds the task.
-	if err := s.store.Wake(ctx, id); err != nil {
+	if err := s.store.Wake(ctx, id, owner); err != nil {
 		s.log.Warn("announce a run", "run", id, "err", err)
 	}
 	return nil

@@ -112,7 +112,7 @@ func TestSweepReplacesArchivedHead(t *testing.T) {
 		t.Fatal("the archived head was not enqueued again")
 	}
 	// A task that is waiting or running is left alone.
-	if err := q.Enqueue(ctx, "stuck", 5*time.Second); err != nil {
+	if _, err := q.Enqueue(ctx, "stuck", 5*time.Second, Name); err != nil {
 		t.Errorf("enqueue while handled: %v", err)
 	}
 }
@@ -129,5 +129,60 @@ func waitState(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskSt
 			t.Fatalf("task %s: %v, %v; want %v", id, info, err, want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEnqueueFollowsOwner: a conversation's run goes to the queue of the
+// executor that holds its sandbox while that executor lives, announced to
+// it alone; to the shared queue otherwise, and when its owner died while
+// it waited, Sweep moves it there.
+func TestEnqueueFollowsOwner(t *testing.T) {
+	_, url := testenv.Miniredis(t)
+	st := store.New(testenv.Client(t, url))
+	opt, _ := RedisOpt(url)
+	q := NewClient(opt)
+	defer q.Close()
+	insp := asynq.NewInspector(opt)
+	defer insp.Close()
+	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	create := func(id, cid string) {
+		_, _, err := st.CreateRun(ctx, store.NewRun{
+			Run:        runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now().Add(-time.Minute)},
+			Spec:       runbox.Spec{Language: "bash", Code: "true", ConversationID: cid, TimeoutSeconds: 5},
+			MaxWaiting: 4,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Heartbeat(ctx, store.ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st.SetOwner(ctx, "owned", "e1", time.Minute)
+	st.SetOwner(ctx, "orphan", "e-dead", time.Minute)
+	tests := []struct{ run, conv, queue, announcedTo string }{
+		{"r-owned", "owned", ExecutorQueue("e1"), "e1"},
+		{"r-orphan", "orphan", Name, "e2"},
+		{"r-new", "new", Name, "e2"},
+	}
+	for _, tt := range tests {
+		create(tt.run, tt.conv)
+		if err := sched.Enqueue(ctx, tt.run); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := insp.GetTaskInfo(tt.queue, tt.run); err != nil {
+			t.Errorf("%s is not in %s: %v", tt.run, tt.queue, err)
+		}
+		if id, _ := st.AwaitWake(ctx, time.Second, tt.announcedTo); id != tt.run {
+			t.Errorf("%s was not announced to %s (got %q)", tt.run, tt.announcedTo, id)
+		}
+	}
+	// The owner dies with the run waiting in its queue: the sweep enqueues
+	// it for anyone.
+	st.Unregister(ctx, "e1")
+	sched.Sweep(ctx)
+	if _, err := insp.GetTaskInfo(Name, "r-owned"); err != nil {
+		t.Errorf("a run stranded in a dead executor's queue was not enqueued again: %v", err)
 	}
 }

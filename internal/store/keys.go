@@ -38,3 +38,9 @@ const (
 
 // A conversation whose kept interpreter has run cells.
 func keptStateKey(cid string) string { return prefix + "conv:" + cid + ":kept" }
+
+// The executor that holds a conversation's sandbox (owner.go).
+func ownerKey(cid string) string { return prefix + "conv:" + cid + ":owner" }
+
+// Announcements of runs for one executor (wake.go).
+func wakeExecutorKey(executor string) string { return wakeKey + ":" + executor }

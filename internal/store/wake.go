@@ -20,11 +20,22 @@ import (
 // runs announced and not taken are run by asynq all the same.
 const wakeCap = 10000
 
-// Wake announces that run id was enqueued.
-func (s *Store) Wake(ctx context.Context, id string) error {
+// wakeListTTL bounds how long an executor's announcements outlive it.
+const wakeListTTL = 24 * time.Hour
+
+// Wake announces that run id was enqueued: to executor, when the run is
+// for it (its conversation's owner), else to every executor.
+func (s *Store) Wake(ctx context.Context, id, executor string) error {
+	key := wakeKey
+	if executor != "" {
+		key = wakeExecutorKey(executor)
+	}
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, wakeKey, id)
-		p.LTrim(ctx, wakeKey, 0, wakeCap-1)
+		p.LPush(ctx, key, id)
+		p.LTrim(ctx, key, 0, wakeCap-1)
+		if executor != "" {
+			p.Expire(ctx, key, wakeListTTL)
+		}
 		return nil
 	})
 	if err != nil {
@@ -33,10 +44,11 @@ func (s *Store) Wake(ctx context.Context, id string) error {
 	return nil
 }
 
-// AwaitWake waits up to d for an announced run and returns its id, or ""
-// when none came.
-func (s *Store) AwaitWake(ctx context.Context, d time.Duration) (string, error) {
-	res, err := s.rdb.BRPop(ctx, d, wakeKey).Result()
+// AwaitWake waits up to d for a run announced to executor, or to every
+// executor, and returns its id, or "" when none came. Runs for executor
+// come first.
+func (s *Store) AwaitWake(ctx context.Context, d time.Duration, executor string) (string, error) {
+	res, err := s.rdb.BRPop(ctx, d, wakeExecutorKey(executor), wakeKey).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return "", nil

@@ -6,21 +6,53 @@ import (
 	"time"
 )
 
-// TestWake: announced runs are taken once each, oldest first; waiting with
-// none announced returns "" after the wait.
+// TestWake: announced runs are taken once each, oldest first, those for
+// the executor before those for every executor; another executor sees
+// only the latter. Waiting with none announced returns "" after the wait.
 func TestWake(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		for _, id := range []string{"a", "b"} {
-			if err := s.Wake(ctx, id); err != nil {
+		for _, w := range []struct{ id, executor string }{{"a", ""}, {"b", ""}, {"mine", "e1"}} {
+			if err := s.Wake(ctx, w.id, w.executor); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, want := range []string{"a", "b", ""} {
-			got, err := s.AwaitWake(ctx, 100*time.Millisecond)
+		if got, err := s.AwaitWake(ctx, time.Second, "e2"); err != nil || got != "a" {
+			t.Errorf("another executor took %q, %v; want a", got, err)
+		}
+		for _, want := range []string{"mine", "b", ""} {
+			got, err := s.AwaitWake(ctx, time.Second, "e1")
 			if err != nil || got != want {
 				t.Errorf("AwaitWake = %q, %v; want %q", got, err, want)
 			}
+		}
+	})
+}
+
+// TestOwner: a conversation's owner is named while its heartbeat lasts.
+func TestOwner(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if o, err := s.Owner(ctx, "c"); err != nil || o != "" {
+			t.Fatalf("no owner yet: %q, %v", o, err)
+		}
+		if err := s.SetOwner(ctx, "c", "e1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.Owner(ctx, "c"); o != "" {
+			t.Errorf("an executor without a heartbeat owns: %q", o)
+		}
+		if err := s.Heartbeat(ctx, ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.Owner(ctx, "c"); o != "e1" {
+			t.Errorf("owner %q; want e1", o)
+		}
+		if err := s.Unregister(ctx, "e1"); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.Owner(ctx, "c"); o != "" {
+			t.Errorf("a gone executor owns: %q", o)
 		}
 	})
 }

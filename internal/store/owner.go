@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A conversation's runs go to the executor that holds its sandbox and kept
+// interpreter while that executor lives: the executor records itself as
+// the conversation's owner after each run, for as long as it keeps an idle
+// sandbox, and the scheduler routes the conversation's next run to it.
+
+// SetOwner records executor as the holder of conversation cid's sandbox
+// for ttl.
+func (s *Store) SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error {
+	if err := s.rdb.Set(ctx, ownerKey(cid), executor, ttl).Err(); err != nil {
+		return fmt.Errorf("record the owner of %s: %w", cid, err)
+	}
+	return nil
+}
+
+// ownerScript returns the owner of a conversation if its heartbeat is
+// current, else "".
+var ownerScript = redis.NewScript(`
+local owner = redis.call("GET", KEYS[1])
+if not owner then return "" end
+if redis.call("EXISTS", ARGV[1] .. owner) == 1 then return owner end
+return ""
+`)
+
+// Owner returns the live executor that holds conversation cid's sandbox,
+// or "" when none does.
+func (s *Store) Owner(ctx context.Context, cid string) (string, error) {
+	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid)}, executorKey("")).Text()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("read the owner of %s: %w", cid, err)
+	}
+	return owner, nil
+}
