@@ -19,7 +19,6 @@ import (
 
 	"github.com/runbox-dev/runbox/internal/app"
 	"github.com/runbox-dev/runbox/internal/config"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 func main() {
@@ -48,7 +47,7 @@ func run() error {
 	defer rds.Close()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ex, err := app.StartExecutor(ctx, cfg, rds.URL, store.New(rds.Client), registry, log)
+	ex, err := app.StartExecutor(ctx, cfg, rds.Client, registry, log)
 	if err != nil {
 		return err
 	}

@@ -71,12 +71,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	st := store.New(rds.Client)
 	hub := store.NewHub(st, log)
 	defer hub.Close()
-	qopt, err := queue.RedisOpt(rds.URL)
-	if err != nil {
-		return err
-	}
-	qc := queue.NewClient(qopt)
-	defer qc.Close()
+	qc := queue.NewClient(rds.Client)
 	sched := queue.NewScheduler(st, qc, log)
 	folders, signer, err := Files(cfg)
 	if err != nil {
@@ -88,7 +83,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	var ex *Executor
 	if rds.Embedded() {
-		ex, err = StartExecutor(ctx, cfg, rds.URL, st, registry, log)
+		ex, err = StartExecutor(ctx, cfg, rds.Client, registry, log)
 		if err != nil {
 			return err
 		}
@@ -163,7 +158,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MCP:          mcpServer,
 		Folders:      folders,
 		Signer:       signer,
-		Queue:        qopt,
+		Queue:        queue.SharedConn{Client: rds.Client},
 		Ready:        ready,
 		MaxBody:      cfg.MaxMCPBody(),
 		MaxUpload:    cfg.MaxUpload,

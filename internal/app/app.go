@@ -154,28 +154,22 @@ type Executor struct {
 	*executor.Executor
 	Sandboxes *sandbox.Manager
 	docker    *client.Client
-	queue     *queue.Client
 }
 
 // Close releases the executor's connections. Shut it down first.
 func (e *Executor) Close() {
-	_ = e.queue.Close()
 	_ = e.docker.Close()
 }
 
-// StartExecutor connects to Docker and starts an executor on the Redis at
-// redisURL.
-func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st *store.Store, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
+// StartExecutor connects to Docker and starts an executor on rdb, the
+// process's one Redis client (the store's, asynq's and the queue's).
+func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
+	st := store.New(rdb)
 	docker, err := OpenDocker(ctx)
 	if err != nil {
 		return nil, err
 	}
 	folders, signer, err := Files(cfg)
-	if err != nil {
-		docker.Close()
-		return nil, err
-	}
-	opt, err := queue.RedisOpt(redisURL)
 	if err != nil {
 		docker.Close()
 		return nil, err
@@ -206,7 +200,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		ImageTag: cfg.RunnerTag,
 		Runtime:  cfg.Runtime,
 	})
-	qc := queue.NewClient(opt)
+	qc := queue.NewClient(rdb)
 	ex := executor.New(executor.Config{
 		ID:            cfg.ExecutorID,
 		Concurrency:   cfg.Concurrency,
@@ -216,11 +210,10 @@ func StartExecutor(ctx context.Context, cfg *config.Config, redisURL string, st 
 		Metrics:       metrics,
 		Pool:          pool,
 		OwnerTTL:      cfg.SessionTTL,
-	}, opt, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
+	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
-		qc.Close()
 		docker.Close()
 		return nil, err
 	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, queue: qc}, nil
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker}, nil
 }

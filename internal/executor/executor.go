@@ -79,7 +79,7 @@ type Executor struct {
 	signer    *files.Signer
 	sched     *queue.Scheduler
 	log       *slog.Logger
-	redis     asynq.RedisConnOpt
+	redis     redis.UniversalClient // shared with the store and the queue client
 
 	srv     *asynq.Server
 	runners []runbox.Runner
@@ -103,7 +103,7 @@ type Executor struct {
 }
 
 // New returns an Executor. Start starts it.
-func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Scheduler, sandboxes *sandbox.Manager,
+func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Scheduler, sandboxes *sandbox.Manager,
 	folders *files.Folders, signer *files.Signer, log *slog.Logger) *Executor {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
@@ -119,7 +119,7 @@ func New(cfg Config, redis asynq.RedisConnOpt, st *store.Store, sched *queue.Sch
 	}
 	return &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
-		log: log.With("executor", cfg.ID), redis: redis, active: map[string]context.CancelCauseFunc{},
+		log: log.With("executor", cfg.ID), redis: rdb, active: map[string]context.CancelCauseFunc{},
 		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
@@ -151,7 +151,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		return err
 	}
 
-	e.srv = asynq.NewServer(e.redis, asynq.Config{
+	e.srv = asynq.NewServerFromRedisClient(e.redis, asynq.Config{
 		Concurrency: e.cfg.Concurrency,
 		// Its own queue first: the conversations whose sandbox it holds.
 		Queues:            map[string]int{queue.ExecutorQueue(e.cfg.ID): 2, queue.Name: 1},
@@ -395,8 +395,7 @@ wait:
 // dashboard) when nothing waits in it; what does is enqueued again for
 // any executor by the sweep once this one is gone.
 func (e *Executor) removeQueue() {
-	in := asynq.NewInspector(e.redis)
-	defer in.Close()
+	in := asynq.NewInspectorFromRedisClient(e.redis) // holds no connection of its own: never closed
 	err := in.DeleteQueue(queue.ExecutorQueue(e.cfg.ID), false)
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		e.log.Info("keep the executor's queue", "err", err)

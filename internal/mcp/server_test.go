@@ -31,13 +31,12 @@ type fixture struct {
 func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
 	log := slog.New(slog.DiscardHandler)
 	hub := store.NewHub(st, log)
 	t.Cleanup(func() { hub.Close() })
-	opt, _ := queue.RedisOpt(url)
-	q := queue.NewClient(opt)
-	t.Cleanup(func() { q.Close() })
+	q := queue.NewClient(rdb)
 	ctx := context.Background()
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},

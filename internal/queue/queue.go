@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -71,13 +72,12 @@ type Client struct {
 	in *asynq.Inspector
 }
 
-// NewClient returns a client on the Redis at opt.
-func NewClient(opt asynq.RedisConnOpt) *Client {
-	return &Client{c: asynq.NewClient(opt), in: asynq.NewInspector(opt)}
+// NewClient returns a client on rdb, whose connections the process shares
+// with the store (and, in an executor, asynq's server): one pool per
+// process. Closing rdb is the caller's.
+func NewClient(rdb redis.UniversalClient) *Client {
+	return &Client{c: asynq.NewClientFromRedisClient(rdb), in: asynq.NewInspectorFromRedisClient(rdb)}
 }
-
-// Close closes the client's connections.
-func (c *Client) Close() error { return errors.Join(c.c.Close(), c.in.Close()) }
 
 // Enqueue queues a run. A run whose task is already waiting or being
 // handled is left as it is. A task of the run that asynq has finished
@@ -119,14 +119,14 @@ func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duratio
 	return true, nil
 }
 
-// RedisOpt parses a redis:// URL for asynq.
-func RedisOpt(url string) (asynq.RedisConnOpt, error) {
-	opt, err := asynq.ParseRedisURI(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse REDIS_URL: %w", err)
-	}
-	return opt, nil
-}
+// SharedConn hands asynq's parts that only take a connection option (the
+// dashboard, asynqmon) the process's one client, so that they open no pool
+// of their own. What is made from it must not be closed: the client is the
+// process's.
+type SharedConn struct{ Client redis.UniversalClient }
+
+// MakeRedisClient implements asynq.RedisConnOpt.
+func (c SharedConn) MakeRedisClient() any { return c.Client }
 
 // Logger adapts slog to asynq's logger.
 type Logger struct{ L *slog.Logger }

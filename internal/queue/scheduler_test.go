@@ -19,10 +19,9 @@ import (
 // head that was never enqueued is.
 func TestSweepRepairsHandOver(t *testing.T) {
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
-	opt, _ := RedisOpt(url)
-	q := NewClient(opt)
-	defer q.Close()
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
+	q := NewClient(rdb)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
@@ -42,8 +41,7 @@ func TestSweepRepairsHandOver(t *testing.T) {
 	st.Apply(ctx, "a1", store.Transition{To: runbox.StatusSucceeded}, 0)
 
 	sched.Sweep(ctx)
-	insp := asynq.NewInspector(opt)
-	defer insp.Close()
+	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, id := range []string{"a2", "b1"} {
 		if _, err := insp.GetTaskInfo(Name, id); err != nil {
 			t.Errorf("run %s was not enqueued: %v", id, err)
@@ -66,10 +64,9 @@ func TestSweepRepairsHandOver(t *testing.T) {
 // conversation waiting behind it forever.
 func TestSweepReplacesArchivedHead(t *testing.T) {
 	url := testenv.Redis(t)
-	st := store.New(testenv.Client(t, url))
-	opt, _ := RedisOpt(url)
-	q := NewClient(opt)
-	defer q.Close()
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
+	q := NewClient(rdb)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	_, _, err := st.CreateRun(ctx, store.NewRun{
@@ -85,7 +82,7 @@ func TestSweepReplacesArchivedHead(t *testing.T) {
 	}
 	deliveries := make(chan int, 4)
 	n := 0
-	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 1, Queues: map[string]int{Name: 1},
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{Name: 1},
 		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TypeRun, func(context.Context, *asynq.Task) error {
@@ -101,8 +98,7 @@ func TestSweepReplacesArchivedHead(t *testing.T) {
 	}
 	defer srv.Shutdown()
 	<-deliveries
-	insp := asynq.NewInspector(opt)
-	defer insp.Close()
+	insp := asynq.NewInspectorFromRedisClient(rdb)
 	waitState(t, insp, "stuck", asynq.TaskStateArchived)
 
 	sched.Sweep(ctx)
@@ -138,12 +134,10 @@ func waitState(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskSt
 // it waited, Sweep moves it there.
 func TestEnqueueFollowsOwner(t *testing.T) {
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
-	opt, _ := RedisOpt(url)
-	q := NewClient(opt)
-	defer q.Close()
-	insp := asynq.NewInspector(opt)
-	defer insp.Close()
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
+	q := NewClient(rdb)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	create := func(id, cid string) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/queue"
@@ -58,20 +59,16 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-func newService(t *testing.T) (*Service, *store.Store, asynq.RedisConnOpt) {
+func newService(t *testing.T) (*Service, *store.Store, redis.UniversalClient) {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
 	hub := store.NewHub(st, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { hub.Close() })
-	opt, err := queue.RedisOpt(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queue.NewClient(opt)
-	t.Cleanup(func() { q.Close() })
+	q := queue.NewClient(rdb)
 	log := slog.New(slog.DiscardHandler)
-	return NewService(st, hub, queue.NewScheduler(st, q, log), limits, log), st, opt
+	return NewService(st, hub, queue.NewScheduler(st, q, log), limits, log), st, rdb
 }
 
 func TestSubmit(t *testing.T) {
@@ -90,7 +87,7 @@ func TestSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := asynq.NewInspector(opt).GetTaskInfo(queue.Name, run.ID)
+	info, err := asynq.NewInspectorFromRedisClient(opt).GetTaskInfo(queue.Name, run.ID)
 	if err != nil {
 		t.Fatalf("task of the run: %v", err)
 	}
