@@ -15,13 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
@@ -29,6 +29,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 )
 
@@ -46,8 +47,9 @@ type Options struct {
 	MCP     *mcp.Server
 	Folders *files.Folders
 	Signer  *files.Signer
-	// Queue is the Redis the dashboard reads.
-	Queue asynq.RedisConnOpt
+	// Redis is the process's client, which the dashboard and the queue
+	// metrics read through; the caller closes it.
+	Redis redis.UniversalClient
 	// Ready are the readiness checks, by name.
 	Ready map[string]Check
 	// MaxBody bounds an MCP message (the upload tool's base64 included);
@@ -87,7 +89,7 @@ func New(opts Options) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(middleware.Recover(), s.logRequests, requestCounter(opts.Registry))
-	s.queueMetrics = newQueueCollector(opts.Queue)
+	s.queueMetrics = newQueueCollector(opts.Redis)
 	opts.Registry.MustRegister(s.queueMetrics)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -120,7 +122,7 @@ func New(opts Options) *Server {
 	v1.GET("/conversations/:cid/files/*", s.getFile)
 	v1.DELETE("/conversations/:cid", s.closeConversation)
 
-	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opts.Queue, ReadOnly: true})
+	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: queue.SharedConn{Client: opts.Redis}, ReadOnly: true})
 	// The dashboard shows every client's queue: it is the operators', whose
 	// token is MCP_API_TOKEN (the client "default").
 	mon := e.Group("/monitoring", s.requireToken(true), operatorOnly)
@@ -136,11 +138,11 @@ func New(opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Close ends open event streams (SSE), so that http.Server.Shutdown need
-// not wait for them, and closes the dashboard's connection.
+// not wait for them. The dashboard and the queue metrics hold no
+// connection of their own (they share Options.Redis): nothing to close.
 func (s *Server) Close() error {
 	s.close()
-	s.queueMetrics.inspector.Close()
-	return s.dashboard.Close()
+	return nil
 }
 
 // withCaller lets the tools see their caller go: the MCP SDK runs a

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,9 +40,9 @@ type queueCollector struct {
 	active    *prometheus.Desc
 }
 
-func newQueueCollector(opt asynq.RedisConnOpt) *queueCollector {
+func newQueueCollector(rdb redis.UniversalClient) *queueCollector {
 	return &queueCollector{
-		inspector: asynq.NewInspector(opt),
+		inspector: asynq.NewInspectorFromRedisClient(rdb),
 		pending:   prometheus.NewDesc("runbox_queue_pending", "Runs waiting in the queue for an executor.", nil, nil),
 		active:    prometheus.NewDesc("runbox_queue_active", "Runs an executor is working on.", nil, nil),
 	}

@@ -158,7 +158,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MCP:          mcpServer,
 		Folders:      folders,
 		Signer:       signer,
-		Queue:        queue.SharedConn{Client: rds.Client},
+		Redis:        rds.Client,
 		Ready:        ready,
 		MaxBody:      cfg.MaxMCPBody(),
 		MaxUpload:    cfg.MaxUpload,
