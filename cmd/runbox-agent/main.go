@@ -9,10 +9,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -45,7 +43,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *skel != "" {
-		if err := copyTree(*skel, "/tmp"); err != nil {
+		if err := agent.CopyTree(*skel, "/tmp"); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
 		}
 	}
@@ -68,6 +66,8 @@ func main() {
 		Zygote:      strings.Fields(*zygote),
 		Preload:     *preload,
 		PreloadWhen: when,
+		Skel:        *skel,
+		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -98,29 +98,4 @@ func programEnv(env []string) []string {
 		}
 	}
 	return out
-}
-
-// copyTree copies regular files and folders from src into dst.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o700)
-		case d.Type().IsRegular():
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(target, b, 0o600)
-		}
-		return nil
-	})
 }

@@ -53,6 +53,10 @@ func (c *Conn) Stdin(p []byte) error {
 // CloseStdin closes the running program's input.
 func (c *Conn) CloseStdin() error { return c.w.write(frameEOF, nil) }
 
+// Reset asks the agent to reset the sandbox; Recv then returns a
+// ResetDone message.
+func (c *Conn) Reset() error { return c.w.write(frameReset, nil) }
+
 // Kill asks the agent to kill the running program.
 func (c *Conn) Kill() error { return c.w.write(frameKill, nil) }
 
@@ -64,6 +68,7 @@ const (
 	Stderr
 	Exited
 	Failed
+	ResetDone
 )
 
 // Message is one thing the agent reported.
@@ -72,6 +77,8 @@ type Message struct {
 	Data []byte // Stdout, Stderr
 	Exit Exit   // Exited
 	Err  string // Failed
+	// Reset is the outcome of a reset (ResetDone).
+	Reset Reset
 }
 
 // Recv returns the agent's next message. What the agent sends is as
@@ -92,6 +99,12 @@ func (c *Conn) Recv() (Message, error) {
 			return Message{}, fmt.Errorf("agent: malformed exit: %w", err)
 		}
 		return Message{Kind: Exited, Exit: ex}, nil
+	case frameReady:
+		var r Reset
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return Message{}, fmt.Errorf("agent: malformed reset: %w", err)
+		}
+		return Message{Kind: ResetDone, Reset: r}, nil
 	case frameFail:
 		var f Failure
 		if err := json.Unmarshal(payload, &f); err != nil {

@@ -26,12 +26,14 @@ const (
 	frameStdin = 'I' // executor → agent: bytes for the program's stdin
 	frameEOF   = 'E' // executor → agent: close the program's stdin
 	frameKill  = 'K' // executor → agent: kill the program and what it started
+	frameReset = 'Z' // executor → agent: reset the sandbox for another conversation (reset.go)
 
 	frameHello  = 'h' // agent → executor: JSON Hello, once, first
 	frameStdout = 'o' // agent → executor: program output
 	frameStderr = 'e'
 	frameExit   = 'x' // agent → executor: JSON Exit, once per run, last
 	frameFail   = 'f' // agent → executor: JSON Failure; the run did not start
+	frameReady  = 'z' // agent → executor: JSON Reset, the outcome of a reset
 )
 
 // MaxPayload bounds one frame. It is larger than any accepted program and
@@ -84,6 +86,14 @@ const (
 	KernelNew  = "new"
 	KernelKept = "kept"
 )
+
+// Reset reports how a reset went. A sandbox whose agent does not say
+// Clean is not given to another conversation.
+type Reset struct {
+	Clean bool `json:"clean"`
+	// Reason says what was found left, when not clean.
+	Reason string `json:"reason,omitempty"`
+}
 
 // Failure reports a run the agent could not start.
 type Failure struct {

@@ -52,6 +52,12 @@ type Config struct {
 	// PreloadWhen, so that later programs find them imported.
 	Preload     string
 	PreloadWhen *regexp.Regexp
+	// Skel is a folder copied into Scratch's parent (/tmp) at start and
+	// after every reset (caches), if set.
+	Skel string
+	// Wipe names the folders a reset empties: every one a program can
+	// write to but /data (/tmp, /dev/shm, /dev/mqueue).
+	Wipe []string
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or
@@ -93,11 +99,12 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}()
 
 	st := &starter{cfg: cfg, waiter: newWaiter()}
-	if len(cfg.Zygote) > 0 {
-		st.zygote = newZygote(cfg.Zygote, cfg.Env, st.waiter, &st.busy)
-		go st.zygote.run()
-		defer st.zygote.stop()
-	}
+	st.startZygote()
+	defer func() {
+		if st.zygote != nil {
+			st.zygote.stop()
+		}
+	}()
 	var cur *process
 	exited := make(chan Exit, 1)
 	defer func() {
@@ -158,6 +165,14 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			case frameKill:
 				if cur != nil {
 					cur.stop()
+				}
+			case frameReset:
+				r := Reset{Reason: "a program is running"}
+				if cur == nil {
+					r = st.reset()
+				}
+				if err := fw.writeJSON(frameReady, r); err != nil {
+					return fmt.Errorf("write reset: %w", err)
 				}
 			}
 		}

@@ -42,6 +42,10 @@ type zygote struct {
 	forks     chan zygoteFork // answers to the one pending start
 	exits     map[int]chan syscall.WaitStatus
 	stopped   bool
+
+	quit     chan struct{} // closed by stop
+	stopOnce sync.Once
+	done     chan struct{} // closed when run returns
 }
 
 type zygoteFork struct {
@@ -58,7 +62,7 @@ type zygoteMessage struct {
 
 func newZygote(command, env []string, w waiter, busy *sync.Mutex) *zygote {
 	return &zygote{command: command, env: env, waiter: w, busy: busy, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
-		readyCh: make(chan struct{})}
+		readyCh: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // setReady records readiness; the caller holds z.mu.
@@ -131,21 +135,25 @@ func (z *zygote) preload(modules string) error {
 // run keeps the zygote alive until stop, restarting it with a backoff when
 // it dies.
 func (z *zygote) run() {
+	defer close(z.done)
 	backoff := time.Second
 	for {
 		start := time.Now()
 		err := z.runOnce()
-		z.mu.Lock()
-		stopped := z.stopped
-		z.mu.Unlock()
-		if stopped {
+		select {
+		case <-z.quit:
 			return
+		default:
 		}
 		log.Printf("zygote ended: %v", err)
 		if time.Since(start) > time.Minute {
 			backoff = time.Second
 		}
-		time.Sleep(backoff)
+		select {
+		case <-z.quit:
+			return
+		case <-time.After(backoff):
+		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
 }
@@ -166,6 +174,11 @@ func (z *zygote) runOnce() error {
 	var unlock sync.Once
 	release := func() { unlock.Do(z.busy.Unlock) }
 	defer release()
+	select {
+	case <-z.quit: // stopped while it waited
+		return errZygoteGone
+	default:
+	}
 	ended, err := z.waiter.start(cmd)
 	theirs.Close()
 	if err != nil {
@@ -173,7 +186,11 @@ func (z *zygote) runOnce() error {
 	}
 	z.mu.Lock()
 	z.sock, z.pid = ours, cmd.Process.Pid
+	stopped := z.stopped
 	z.mu.Unlock()
+	if stopped { // stop came before it had a pid to kill
+		_ = cmd.Process.Kill()
+	}
 	readErr := z.read(ours, release)
 	z.mu.Lock()
 	z.setReady(false)
@@ -284,7 +301,9 @@ func (z *zygote) fork(fr forkRequest, files []*os.File) (zygoteFork, error) {
 	}
 }
 
+// stop ends the zygote for good; done is closed once it has.
 func (z *zygote) stop() {
+	z.stopOnce.Do(func() { close(z.quit) })
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.stopped = true

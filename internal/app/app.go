@@ -161,6 +161,11 @@ func (e *Executor) Close() {
 	_ = e.docker.Close()
 }
 
+// maxRecycledPool bounds the recycled sandboxes that wait, per language,
+// for new conversations: enough for a burst of new conversations without a
+// container start, few enough that idle ones cost little memory.
+const maxRecycledPool = 16
+
 // StartExecutor connects to Docker and starts an executor on rdb, the
 // process's one Redis client (the store's, asynq's and the queue's).
 func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
@@ -189,6 +194,15 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		docker.Close()
 		return nil, err
 	}
+	// Idle sandboxes evicted from their conversations are reset and join
+	// the pool for new ones, rather than being removed, where folders can
+	// be handed over (walk mode: loop images are their conversation's).
+	var recycle func(string, func(string) bool) (string, error)
+	if !folders.HardQuota() {
+		recycle = func(cid string, mounted func(string) bool) (string, error) {
+			return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted)
+		}
+	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Deployment: deployment,
@@ -199,6 +213,8 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		MaxWarm:  warm,
 		ImageTag: cfg.RunnerTag,
 		Runtime:  cfg.Runtime,
+		Recycle:  recycle,
+		MaxPool:  sandbox.WarmLimits{Default: maxRecycledPool},
 	})
 	qc := queue.NewClient(rdb)
 	ex := executor.New(executor.Config{

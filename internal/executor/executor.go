@@ -258,7 +258,16 @@ func (e *Executor) renew(ctx context.Context) {
 }
 
 // slotPrefix names this executor's slots; '~' is in no executor id.
-func (e *Executor) slotPrefix() string { return e.cfg.ID + "~" }
+func (e *Executor) slotPrefix() string { return SlotPrefix(e.cfg.ID) }
+
+// SlotPrefix starts the names of an executor's slots: those it removes at
+// start and on shutdown.
+func SlotPrefix(executor string) string { return executor + "~" }
+
+// NewSlotName returns a fresh name for a slot of executor.
+func NewSlotName(executor string) string {
+	return SlotPrefix(executor) + strings.ToLower(rand.Text()[:10])
+}
 
 // fillPool keeps Pool sandboxes of each language started, waiting for new
 // conversations: at start, after each adoption, and every few seconds (a
@@ -285,7 +294,7 @@ func (e *Executor) fillPool(ctx context.Context) {
 }
 
 func (e *Executor) prestart(ctx context.Context, language string) error {
-	slot, err := e.folders.NewSlot(e.slotPrefix() + strings.ToLower(rand.Text()[:10]))
+	slot, err := e.folders.NewSlot(NewSlotName(e.cfg.ID))
 	if err != nil {
 		return err
 	}

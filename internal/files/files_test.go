@@ -511,3 +511,53 @@ func TestCleanNameMntData(t *testing.T) {
 		}
 	}
 }
+
+// TestRecycle: the folder a sandbox mounts leaves its conversation empty,
+// as a slot; the conversation keeps every file (hidden ones, folders) in a
+// new folder; a folder made anew since, or a loop image, is not recycled.
+func TestRecycle(t *testing.T) {
+	f, dir := newFolders(t)
+	os.WriteFile(filepath.Join(dir, "a.csv"), []byte("a"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".hidden"), []byte("h"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "sub", "deep"), 0o755)
+	os.WriteFile(filepath.Join(dir, "sub", "deep", "b.txt"), []byte("b"), 0o644)
+	// The sandbox holds the folder, as a bind mount would.
+	held, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldInfo, _ := held.Stat()
+	mounted := func(d string) bool {
+		fi, err := os.Stat(d)
+		return err == nil && os.SameFile(fi, heldInfo)
+	}
+	if _, err := f.Recycle("conv1", "ex-r1", func(string) bool { return false }); err == nil {
+		t.Fatal("recycled a folder the sandbox does not mount")
+	}
+	slot, err := f.Recycle("conv1", "ex-r1", mounted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := held.Readdirnames(-1); len(names) != 0 {
+		t.Errorf("the sandbox still sees %v", names)
+	}
+	if fi, _ := os.Stat(slot); !os.SameFile(fi, heldInfo) {
+		t.Error("the slot is not the sandbox's folder")
+	}
+	for _, name := range []string{"a.csv", ".hidden", "sub/deep/b.txt"} {
+		if _, err := os.Stat(filepath.Join(f.Path("conv1"), name)); err != nil {
+			t.Errorf("the conversation lost %s: %v", name, err)
+		}
+	}
+	if fi, _ := os.Stat(f.Path("conv1")); os.SameFile(fi, heldInfo) {
+		t.Error("the conversation's path still names the sandbox's folder")
+	}
+	// The slot serves a new conversation.
+	if _, err := f.Adopt(slot, "conv2"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := os.ReadDir(f.Path("conv2")); len(names) != 0 {
+		t.Errorf("the new conversation sees %v", names)
+	}
+}

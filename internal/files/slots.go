@@ -112,3 +112,74 @@ func (f *Folders) RemoveSlot(slotFiles string) error {
 	}
 	return os.RemoveAll(slot)
 }
+
+// ErrNotRecyclable reports a conversation folder that cannot be handed to
+// another sandbox user: in loop mode it is the conversation's own disk
+// image.
+var ErrNotRecyclable = errors.New("conversation folders are disk images: not recyclable")
+
+// Recycle takes the folder that conversation cid's idle sandbox mounts
+// away from the conversation and makes it a new slot named name, empty,
+// for that sandbox to serve a new conversation once reset; cid gets a new
+// folder holding its files. It returns the slot's files folder. mounted
+// says whether a folder is the one the sandbox mounts: a conversation
+// whose folder was made anew since (closed, reopened) is not recycled.
+//
+// The sandbox's folder is first exchanged with an empty one in one step
+// (renameat2 RENAME_EXCHANGE), so that from then on the conversation's
+// path never names it, whatever starts meanwhile; then its entries move
+// into the conversation's new folder, and the slot is checked empty.
+// Nothing may run in the sandbox (the caller reset it).
+func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool) (string, error) {
+	if f.space.hard() {
+		return "", ErrNotRecyclable
+	}
+	if !runbox.ValidConversationKey(cid) {
+		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	unlock, err := f.lock(cid)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	conv := f.Path(cid)
+	if !mounted(conv) {
+		return "", fmt.Errorf("recycle %s: its folder is not the sandbox's", cid)
+	}
+	slot, err := f.NewSlot(name)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, conv, unix.AT_FDCWD, slot, unix.RENAME_EXCHANGE); err != nil {
+		_ = f.RemoveSlot(slot)
+		return "", fmt.Errorf("recycle %s: %w", cid, err)
+	}
+	if err := moveEntries(slot, conv); err != nil {
+		// Put the conversation back as it was: its files in its folder.
+		if berr := moveEntries(conv, slot); berr == nil {
+			if xerr := unix.Renameat2(unix.AT_FDCWD, conv, unix.AT_FDCWD, slot, unix.RENAME_EXCHANGE); xerr == nil {
+				_ = f.RemoveSlot(slot)
+			}
+		}
+		return "", fmt.Errorf("recycle %s: %w", cid, err)
+	}
+	left, err := os.ReadDir(slot)
+	if err != nil || len(left) > 0 {
+		return "", fmt.Errorf("recycle %s: the slot is not empty (%d entries, %v)", cid, len(left), err)
+	}
+	return slot, nil
+}
+
+// moveEntries renames every entry of src into dst (one file system).
+func moveEntries(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

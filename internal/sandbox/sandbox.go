@@ -103,6 +103,12 @@ type Options struct {
 	// Runtime is the OCI runtime of sandboxes (e.g. runsc for gVisor);
 	// the engine's default if empty.
 	Runtime string
+	// Recycle, if set, takes the folder an evicted sandbox mounts away
+	// from its conversation and returns it as an empty slot (see
+	// recycle.go); mounted says whether a folder is the sandbox's.
+	Recycle func(conversation string, mounted func(dir string) bool) (slot string, err error)
+	// MaxPool bounds the pool that recycled sandboxes join, per language.
+	MaxPool WarmLimits
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.

@@ -100,7 +100,7 @@ func (m *Manager) park(sb *sandbox) {
 	}
 	m.mu.Unlock()
 	for _, w := range evict {
-		go m.discard(w)
+		go m.recycle(w)
 	}
 }
 
@@ -177,9 +177,10 @@ func (m *Manager) discard(sb *sandbox) {
 	m.remove(sb.id)
 }
 
-// Prune removes the warm sandboxes idle for longer than the TTL.
+// Prune recycles or removes the warm sandboxes idle for longer than the
+// TTL.
 func (m *Manager) Prune() int {
-	return m.drop(func(sb *sandbox) bool { return time.Since(sb.idleFrom) > m.opts.IdleTTL })
+	return m.evict(func(sb *sandbox) bool { return time.Since(sb.idleFrom) > m.opts.IdleTTL }, m.recycle)
 }
 
 // Drop removes a conversation's warm sandboxes: it was closed.
@@ -260,7 +261,11 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 	}
 }
 
-func (m *Manager) drop(match func(*sandbox) bool) int {
+func (m *Manager) drop(match func(*sandbox) bool) int { return m.evict(match, m.discard) }
+
+// evict takes the warm sandboxes match selects out of use and hands each
+// to end.
+func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 	m.mu.Lock()
 	var gone []*sandbox
 	for k, sb := range m.warm {
@@ -271,7 +276,7 @@ func (m *Manager) drop(match func(*sandbox) bool) int {
 	}
 	m.mu.Unlock()
 	for _, sb := range gone {
-		m.discard(sb)
+		end(sb)
 	}
 	return len(gone)
 }

@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRecycledSandbox: an idle sandbox evicted from its conversation is
+// reset and serves a new conversation — and nothing of the first reaches
+// the second: no file in /data, /tmp or /dev/shm, no process, no kept
+// interpreter state. A sandbox that cannot be shown clean (a System V IPC
+// object left) is removed instead.
+func TestRecycledSandbox(t *testing.T) {
+	// Walk mode: a loop image is its conversation's and never recycled.
+	s := start(t, options{env: []string{"SANDBOX_MAX_WARM=1", "SANDBOX_POOL=0", "SANDBOX_QUOTA_MODE=walk"}})
+	cs := s.session(nil)
+	py := func(cid, code string, keep bool) result {
+		t.Helper()
+		return runCode(t, cs, map[string]any{"language": "python", "conversationId": cid, "code": code, "keep_state": keep})
+	}
+	recycled := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, p := range s.procs {
+			n += strings.Count(p.out.String(), "recycled a sandbox")
+		}
+		return n
+	}
+
+	// The first conversation leaves what it can.
+	hostA := strings.TrimSpace(py("first", `import os, subprocess, socket
+open('/data/secret.txt', 'w').write('A')
+open('/tmp/leak', 'w').write('A')
+open('/dev/shm/leak', 'w').write('A')
+os.makedirs('/tmp/locked/inner')
+os.chmod('/tmp/locked', 0)
+subprocess.Popen(['sleep', '300'], start_new_session=True)
+print(socket.gethostname())`, false).Stdout)
+	py("first", "secret = 'kept by the first'", true)
+	// Another conversation's run evicts it (one warm sandbox at most).
+	py("second", "print(1)", false)
+	waitFor(t, func() bool { return recycled() == 1 })
+
+	r := py("third", `import os, socket
+procs = sorted(open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[0].decode() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())
+print(socket.gethostname())
+print(sorted(os.listdir('/data')))
+print(sorted(n for n in os.listdir('/tmp') if n not in ('runbox', 'matplotlib')))
+print(sorted(os.listdir('/dev/shm')))
+print(procs)
+print('secret' in globals())`, true)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("third conversation: %+v", r)
+	}
+	if lines[0] != hostA {
+		t.Fatalf("the third conversation did not get the recycled sandbox (%s, not %s)", lines[0], hostA)
+	}
+	want := []string{"[]", "[]", "[]", "", "False"}
+	for i, w := range want {
+		if i == 3 {
+			continue // processes, checked below
+		}
+		if lines[i+1] != w {
+			t.Errorf("line %d: %s; want %s", i+1, lines[i+1], w)
+		}
+	}
+	if strings.Contains(lines[4], "sleep") || strings.Count(lines[4], "'") > 6 {
+		t.Errorf("processes in the recycled sandbox: %s", lines[4])
+	}
+	if r.StateLost {
+		t.Error("a new conversation lost state it never had")
+	}
+	// The first conversation still has its file, in a sandbox of its own.
+	if got := py("first", "print(open('/data/secret.txt').read(), 'secret' in globals())", true); got.Stdout != "A False\n" || !got.StateLost {
+		t.Errorf("the first conversation afterwards: %+v", got)
+	}
+
+	// A System V IPC object makes a sandbox unfit for another conversation.
+	py("ipc", `import ctypes
+libc = ctypes.CDLL(None)
+assert libc.shmget(0, 4096, 0o1600) >= 0`, false)
+	before := recycled()
+	py("evicts-ipc", "print(1)", false)
+	waitFor(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, p := range s.procs {
+			if strings.Contains(p.out.String(), "System V IPC objects are left") {
+				return true
+			}
+		}
+		return false
+	})
+	if recycled() != before {
+		t.Error("a sandbox with an IPC object left was recycled")
+	}
+}

@@ -1,0 +1,69 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+)
+
+// An idle sandbox evicted from its conversation (the warm limit, or its
+// idle TTL) is not removed but recycled into its language's pool while the
+// pool has room: its agent resets it (reset.go of package agent: no
+// process, file, IPC object or interpreter of the conversation is left,
+// each checked), the executor takes the folder it mounts away from the
+// conversation and empties it (Options.Recycle), and the next new
+// conversation adopts it as it would a pre-started one — without a
+// container start. Anything not shown clean removes the sandbox instead.
+
+// resetTimeout bounds a reset; past it the sandbox is removed.
+const resetTimeout = 10 * time.Second
+
+// recycle resets an evicted sandbox into the pool, or removes it.
+func (m *Manager) recycle(sb *sandbox) {
+	lang := sb.key.language
+	if m.opts.Recycle == nil || sb.dead.Load() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
+		m.discard(sb)
+		return
+	}
+	if r, err := sb.reset(); err != nil || !r.Clean {
+		m.log.Info("not recycling a sandbox", "container", shortID(sb.id), "reason", r.Reason, "err", err)
+		m.discard(sb)
+		return
+	}
+	slot, err := m.opts.Recycle(sb.key.conversation, func(dir string) bool {
+		id, err := dirID(dir)
+		return err == nil && id == sb.data
+	})
+	if err != nil {
+		m.log.Info("not recycling a sandbox", "container", shortID(sb.id), "err", err)
+		m.discard(sb)
+		return
+	}
+	sb.key = warmKey{language: lang}
+	sb.dataDir = slot
+	m.mu.Lock()
+	m.pool[lang] = append(m.pool[lang], sb)
+	m.mu.Unlock()
+	m.log.Debug("recycled a sandbox", "container", shortID(sb.id))
+}
+
+// reset asks the agent to reset the sandbox and waits for its answer; a
+// sandbox that does not answer in time is killed.
+func (sb *sandbox) reset() (agent.Reset, error) {
+	if err := sb.conn.Reset(); err != nil {
+		return agent.Reset{}, err
+	}
+	timer := time.AfterFunc(resetTimeout, func() { sb.m.kill(sb.id) })
+	defer timer.Stop()
+	for {
+		msg, err := sb.conn.Recv()
+		if err != nil {
+			return agent.Reset{}, err
+		}
+		if msg.Kind == agent.ResetDone {
+			return msg.Reset, nil
+		}
+		// Output of the conversation's last run, late: it is not the next
+		// one's to see, and it is dropped here.
+	}
+}
