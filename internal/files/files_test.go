@@ -532,10 +532,14 @@ func TestRecycle(t *testing.T) {
 		fi, err := os.Stat(d)
 		return err == nil && os.SameFile(fi, heldInfo)
 	}
-	if _, err := f.Recycle("conv1", "ex-r1", func(string) bool { return false }); err == nil {
+	idle := time.Now()
+	if _, err := f.Recycle("conv1", "ex-r1", func(string) bool { return false }, idle); err == nil {
 		t.Fatal("recycled a folder the sandbox does not mount")
 	}
-	slot, err := f.Recycle("conv1", "ex-r1", mounted)
+	if _, err := f.Recycle("conv1", "ex-r1", mounted, idle.Add(-time.Hour)); err == nil {
+		t.Fatal("recycled a folder used since its sandbox went idle")
+	}
+	slot, err := f.Recycle("conv1", "ex-r1", mounted, idle)
 	if err != nil {
 		t.Fatal(err)
 	}

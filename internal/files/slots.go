@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -123,14 +124,17 @@ var ErrNotRecyclable = errors.New("conversation folders are disk images: not rec
 // for that sandbox to serve a new conversation once reset; cid gets a new
 // folder holding its files. It returns the slot's files folder. mounted
 // says whether a folder is the one the sandbox mounts: a conversation
-// whose folder was made anew since (closed, reopened) is not recycled.
+// whose folder was made anew since (closed, reopened) is not recycled. Nor
+// is one used since idleSince (Ensure marks each use under the lock): a
+// sandbox may be starting for it, here or on another executor, with the
+// folder's path resolved to the folder about to become a slot.
 //
 // The sandbox's folder is first exchanged with an empty one in one step
 // (renameat2 RENAME_EXCHANGE), so that from then on the conversation's
 // path never names it, whatever starts meanwhile; then its entries move
 // into the conversation's new folder, and the slot is checked empty.
 // Nothing may run in the sandbox (the caller reset it).
-func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool) (string, error) {
+func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool, idleSince time.Time) (string, error) {
 	if f.space.hard() {
 		return "", ErrNotRecyclable
 	}
@@ -146,6 +150,9 @@ func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool) (stri
 	if !mounted(conv) {
 		return "", fmt.Errorf("recycle %s: its folder is not the sandbox's", cid)
 	}
+	if info, err := os.Stat(f.convDir(cid)); err != nil || info.ModTime().After(idleSince) {
+		return "", fmt.Errorf("recycle %s: used since its sandbox went idle", cid)
+	}
 	slot, err := f.NewSlot(name)
 	if err != nil {
 		return "", err
@@ -154,7 +161,18 @@ func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool) (stri
 		_ = f.RemoveSlot(slot)
 		return "", fmt.Errorf("recycle %s: %w", cid, err)
 	}
-	if err := moveEntries(slot, conv); err != nil {
+	// An upload under way may add an entry after a pass: passes go on
+	// until none is left (the files themselves move with their open
+	// handles).
+	for range 3 {
+		if err = moveEntries(slot, conv); err != nil {
+			break
+		}
+		if left, rerr := os.ReadDir(slot); rerr != nil || len(left) == 0 {
+			break
+		}
+	}
+	if err != nil {
 		// Put the conversation back as it was: its files in its folder.
 		if berr := moveEntries(conv, slot); berr == nil {
 			if xerr := unix.Renameat2(unix.AT_FDCWD, conv, unix.AT_FDCWD, slot, unix.RENAME_EXCHANGE); xerr == nil {

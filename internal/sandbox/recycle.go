@@ -33,7 +33,7 @@ func (m *Manager) recycle(sb *sandbox) {
 	slot, err := m.opts.Recycle(sb.key.conversation, func(dir string) bool {
 		id, err := dirID(dir)
 		return err == nil && id == sb.data
-	})
+	}, sb.idleFrom)
 	if err != nil {
 		m.log.Info("not recycling a sandbox", "container", shortID(sb.id), "err", err)
 		m.discard(sb)

@@ -106,7 +106,7 @@ type Options struct {
 	// Recycle, if set, takes the folder an evicted sandbox mounts away
 	// from its conversation and returns it as an empty slot (see
 	// recycle.go); mounted says whether a folder is the sandbox's.
-	Recycle func(conversation string, mounted func(dir string) bool) (slot string, err error)
+	Recycle func(conversation string, mounted func(dir string) bool, idleSince time.Time) (slot string, err error)
 	// MaxPool bounds the pool that recycled sandboxes join, per language.
 	MaxPool WarmLimits
 }
