@@ -19,6 +19,8 @@ type LoadConfig struct {
 	Code          string
 	// Prefix names the conversations (Prefix-0 …).
 	Prefix string
+	// NewEach runs every program in a conversation of its own.
+	NewEach bool
 }
 
 // LoadResult is what a load measured.
@@ -33,9 +35,11 @@ type LoadResult struct {
 // Throughput is runs per second.
 func (r LoadResult) Throughput() float64 { return float64(r.Runs) / r.Elapsed.Seconds() }
 
-// Load runs cfg.Runs programs from cfg.Clients concurrent clients, client
-// i working in conversation i mod cfg.Conversations, each client waiting
-// for its run before starting the next.
+// Load runs cfg.Runs programs from cfg.Clients concurrent clients, each
+// waiting for its run before starting the next. Client i works in
+// conversation i mod cfg.Conversations; with more conversations than
+// clients, run n goes to conversation n mod cfg.Conversations; with
+// NewEach, every run to a new one.
 func Load(ctx context.Context, c Client, cfg LoadConfig) (LoadResult, error) {
 	sessions := make([]*mcp.ClientSession, cfg.Clients)
 	for i := range sessions {
@@ -56,10 +60,20 @@ func Load(ctx context.Context, c Client, cfg LoadConfig) (LoadResult, error) {
 	)
 	start := time.Now()
 	for i, cs := range sessions {
-		args := map[string]any{"language": cfg.Language, "code": cfg.Code,
-			"conversationId": fmt.Sprintf("%s-%d", cfg.Prefix, i%max(cfg.Conversations, 1))}
 		wg.Go(func() {
-			for next.Add(1) <= int64(cfg.Runs) {
+			for {
+				n := next.Add(1)
+				if n > int64(cfg.Runs) {
+					return
+				}
+				args := map[string]any{"language": cfg.Language, "code": cfg.Code}
+				switch conv := max(cfg.Conversations, 1); {
+				case cfg.NewEach:
+				case conv > cfg.Clients:
+					args["conversationId"] = fmt.Sprintf("%s-%d", cfg.Prefix, int(n)%conv)
+				default:
+					args["conversationId"] = fmt.Sprintf("%s-%d", cfg.Prefix, i%conv)
+				}
 				t := time.Now()
 				_, err := RunCode(ctx, cs, args, nil)
 				d := time.Since(t)
