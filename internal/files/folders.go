@@ -79,6 +79,14 @@ func (f *Folders) convDir(cid string) string { return filepath.Join(f.root, cid)
 // /data. The id must be valid.
 func (f *Folders) Path(cid string) string { return filepath.Join(f.root, cid, "files") }
 
+// lockValid checks a conversation id and holds its lock.
+func (f *Folders) lockValid(cid string) (unlock func(), err error) {
+	if !runbox.ValidConversationKey(cid) {
+		return nil, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	return f.lock(cid)
+}
+
 // lock holds a conversation's lock file, across processes, until unlock.
 func (f *Folders) lock(cid string) (unlock func(), err error) {
 	if err := os.MkdirAll(f.convDir(cid), 0o711); err != nil {
@@ -99,10 +107,7 @@ func (f *Folders) lock(cid string) (unlock func(), err error) {
 // sandbox user and bounded by the quota, marks it used now, and returns
 // its host path.
 func (f *Folders) Ensure(cid string) (string, error) {
-	if !runbox.ValidConversationKey(cid) {
-		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
-	}
-	unlock, err := f.lock(cid)
+	unlock, err := f.lockValid(cid)
 	if err != nil {
 		return "", err
 	}
@@ -148,10 +153,7 @@ func (f *Folders) Usage(cid string) (used, free int64, err error) {
 
 // Remove deletes a conversation's files.
 func (f *Folders) Remove(cid string) error {
-	if !runbox.ValidConversationKey(cid) {
-		return runbox.Errorf(runbox.EInvalid, "invalid conversationId")
-	}
-	unlock, err := f.lock(cid)
+	unlock, err := f.lockValid(cid)
 	if err != nil {
 		return err
 	}
@@ -187,10 +189,7 @@ func (f *Folders) RemoveIdle(cid string, idle func(lastUse time.Time) bool) (boo
 }
 
 func (f *Folders) ifIdle(cid string, idle func(time.Time) bool, do func() error) (bool, error) {
-	if !runbox.ValidConversationKey(cid) {
-		return false, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
-	}
-	unlock, err := f.lock(cid)
+	unlock, err := f.lockValid(cid)
 	if err != nil {
 		return false, err
 	}

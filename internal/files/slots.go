@@ -138,10 +138,7 @@ func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool, idleS
 	if f.space.hard() {
 		return "", ErrNotRecyclable
 	}
-	if !runbox.ValidConversationKey(cid) {
-		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
-	}
-	unlock, err := f.lock(cid)
+	unlock, err := f.lockValid(cid)
 	if err != nil {
 		return "", err
 	}
