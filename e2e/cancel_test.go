@@ -2,9 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,33 +94,47 @@ func (s *service) sseSession() *mcp.ClientSession {
 
 // TestHeartbeats: a run_code with a progress token hears from the server
 // at least every 5 s while its run is silent, so that a client whose
-// timeout progress resets (the TypeScript SDK's) keeps waiting.
+// timeout progress resets (the TypeScript SDK's resetTimeoutOnProgress)
+// keeps waiting: here a client timeout of 8 s, reset by every progress
+// notification, and a 20 s silent run that completes.
 func TestHeartbeats(t *testing.T) {
 	s := start(t, options{})
-	var mu sync.Mutex
-	var times []time.Time
-	cs := s.session(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-	}})
-	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "bash", "code": "sleep 11; echo done"}}
-	params.SetProgressToken("hb")
-	begin := time.Now()
-	res, err := cs.CallTool(context.Background(), params)
-	if err != nil || res.IsError {
-		t.Fatalf("run_code: %v %v", err, res)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	prev := begin
-	for _, at := range times {
-		if gap := at.Sub(prev); gap > 6*time.Second { // 5 s, and scheduling slack
-			t.Errorf("%v without a notification", gap)
+	const clientTimeout = 8 * time.Second
+	progressed := make(chan struct{}, 64)
+	cs := s.session(&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+		select {
+		case progressed <- struct{}{}:
+		default:
 		}
-		prev = at
+	}})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var beats atomic.Int32
+	go func() {
+		timer := time.NewTimer(clientTimeout)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-progressed:
+				beats.Add(1)
+				timer.Reset(clientTimeout)
+			case <-timer.C:
+				cancel(errors.New("the client timed out: no progress for 8 s"))
+				return
+			}
+		}
+	}()
+	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "bash", "code": "sleep 20; echo done"}}
+	params.SetProgressToken("hb")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		t.Fatalf("run_code: %v (%v)", err, context.Cause(ctx))
 	}
-	if len(times) < 2 {
-		t.Errorf("%d notifications during an 11 s silent run", len(times))
+	if res.IsError || !strings.Contains(text(res), "done") {
+		t.Fatalf("run_code: %s", text(res))
 	}
+	cancel(nil)
+	t.Logf("%d progress notifications during a 20 s silent run", beats.Load())
 }
