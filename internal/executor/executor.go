@@ -520,9 +520,17 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		return st
 	}
 
-	// A new conversation takes a sandbox that is started already.
-	if !e.folders.Exists(spec.ConversationID) && e.sandboxes.Adopt(spec.ConversationID, spec.Language,
-		func(slot string) (string, error) { return e.folders.Adopt(slot, spec.ConversationID) }) {
+	// A new conversation takes a sandbox that is started already; so does
+	// one without a sandbox here, its files moved into the sandbox's
+	// folder (walk mode).
+	adopted := false
+	switch cid := spec.ConversationID; {
+	case !e.folders.Exists(cid):
+		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
+	case !e.folders.HardQuota() && !e.sandboxes.HasWarm(cid, spec.Language):
+		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.MoveInto(slot, cid) })
+	}
+	if adopted {
 		select {
 		case e.poolWake <- struct{}{}:
 		default:

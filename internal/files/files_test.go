@@ -565,3 +565,32 @@ func TestRecycle(t *testing.T) {
 		t.Errorf("the new conversation sees %v", names)
 	}
 }
+
+// TestMoveInto: a conversation's files move into a slot's folder, which
+// takes the conversation's path; the sandbox holding the slot sees them.
+func TestMoveInto(t *testing.T) {
+	f, dir := newFolders(t)
+	os.WriteFile(filepath.Join(dir, "a.csv"), []byte("a"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	slot, err := f.NewSlot("ex-m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	got, err := f.MoveInto(slot, "conv1")
+	if err != nil || got != f.Path("conv1") {
+		t.Fatalf("MoveInto = %s, %v", got, err)
+	}
+	names, _ := held.Readdirnames(-1)
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a.csv", "sub"}) {
+		t.Errorf("the sandbox sees %v", names)
+	}
+	if _, err := os.Stat(filepath.Dir(slot)); !os.IsNotExist(err) {
+		t.Errorf("the slot is left: %v", err)
+	}
+}

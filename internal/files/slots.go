@@ -161,15 +161,7 @@ func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool, idleS
 	// An upload under way may add an entry after a pass: passes go on
 	// until none is left (the files themselves move with their open
 	// handles).
-	for range 3 {
-		if err = moveEntries(slot, conv); err != nil {
-			break
-		}
-		if left, rerr := os.ReadDir(slot); rerr != nil || len(left) == 0 {
-			break
-		}
-	}
-	if err != nil {
+	if err := drain(slot, conv); err != nil {
 		// Put the conversation back as it was: its files in its folder.
 		if berr := moveEntries(conv, slot); berr == nil {
 			if xerr := unix.Renameat2(unix.AT_FDCWD, conv, unix.AT_FDCWD, slot, unix.RENAME_EXCHANGE); xerr == nil {
@@ -197,4 +189,58 @@ func moveEntries(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// MoveInto gives conversation cid's files to the sandbox that mounts the
+// slot slotFiles, for a conversation that has a folder but no sandbox: the
+// files move into the slot's folder, which then takes the conversation's
+// path (exchanged in one step), and the conversation's old folder, empty,
+// goes with the slot. It returns the conversation's files folder. Walk
+// mode only: a loop image is its conversation's.
+func (f *Folders) MoveInto(slotFiles, cid string) (string, error) {
+	if f.space.hard() {
+		return "", ErrNotRecyclable
+	}
+	slot := filepath.Dir(slotFiles)
+	if filepath.Dir(slot) != filepath.Join(f.root, slotsDir) {
+		return "", fmt.Errorf("%s is not a slot", slotFiles)
+	}
+	unlock, err := f.lockValid(cid)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	conv := f.Path(cid)
+	if err := drain(conv, slotFiles); err != nil {
+		_ = drain(slotFiles, conv)
+		return "", fmt.Errorf("move %s into a sandbox: %w", cid, err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, slotFiles, unix.AT_FDCWD, conv, unix.RENAME_EXCHANGE); err != nil {
+		_ = drain(slotFiles, conv)
+		return "", fmt.Errorf("move %s into a sandbox: %w", cid, err)
+	}
+	// What an upload under way added to the old folder follows; the old
+	// folder is removed only when empty.
+	if err := drain(slotFiles, conv); err == nil && os.Remove(slotFiles) == nil {
+		_ = os.Remove(slot)
+	}
+	return conv, nil
+}
+
+// drain moves every entry of src into dst, pass after pass while entries
+// keep coming (an upload under way), and reports any left.
+func drain(src, dst string) error {
+	for range 3 {
+		if err := moveEntries(src, dst); err != nil {
+			return err
+		}
+		left, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s keeps getting new entries", src)
 }

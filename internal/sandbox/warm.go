@@ -281,6 +281,14 @@ func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 	return len(gone)
 }
 
+// HasWarm reports whether a conversation has an idle sandbox of its
+// language here.
+func (m *Manager) HasWarm(conversation, language string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.warm[warmKey{conversation: conversation, language: language}] != nil
+}
+
 // Warm returns how many sandboxes wait for their conversations.
 func (m *Manager) Warm() int {
 	m.mu.Lock()
