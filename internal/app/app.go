@@ -161,11 +161,6 @@ func (e *Executor) Close() {
 	_ = e.docker.Close()
 }
 
-// maxRecycledPool bounds the recycled sandboxes that wait, per language,
-// for new conversations: enough for a burst of new conversations without a
-// container start, few enough that idle ones cost little memory.
-const maxRecycledPool = 16
-
 // StartExecutor connects to Docker and starts an executor on rdb, the
 // process's one Redis client (the store's, asynq's and the queue's).
 func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
@@ -214,7 +209,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		ImageTag: cfg.RunnerTag,
 		Runtime:  cfg.Runtime,
 		Recycle:  recycle,
-		MaxPool:  sandbox.WarmLimits{Default: maxRecycledPool},
+		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
 	})
 	qc := queue.NewClient(rdb)
 	ex := executor.New(executor.Config{

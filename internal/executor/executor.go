@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -87,6 +88,7 @@ type Executor struct {
 
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
+	demand   *demand       // how many the pool should hold
 
 	// slots bound the runs this executor runs at once, whether asynq
 	// handed them out or an announcement did (wake.go).
@@ -123,6 +125,7 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
+		demand:   newDemand(clockwork.NewRealClock()),
 	}
 }
 
@@ -269,15 +272,21 @@ func NewSlotName(executor string) string {
 	return SlotPrefix(executor) + strings.ToLower(rand.Text()[:10])
 }
 
-// fillPool keeps Pool sandboxes of each language started, waiting for new
-// conversations: at start, after each adoption, and every few seconds (a
-// failed start is tried again).
+// MaxPool bounds the sandboxes of one language that wait in the pool,
+// started or recycled, for new conversations: enough for a burst without a
+// container start, few enough that idle ones cost little memory.
+const MaxPool = 16
+
+// fillPool keeps sandboxes of each language started, waiting for new
+// conversations — as many as demand says: the configured Pool, more while
+// new conversations come faster — at start, after each adoption, and
+// every few seconds (a failed start is tried again).
 func (e *Executor) fillPool(ctx context.Context) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
 		for _, r := range e.runners {
-			for e.sandboxes.Pooled(r.Language) < e.cfg.Pool.For(r.Language) && ctx.Err() == nil {
+			for e.sandboxes.Pooled(r.Language) < e.demand.target(r.Language, e.cfg.Pool.For(r.Language), MaxPool) && ctx.Err() == nil {
 				if err := e.prestart(ctx, r.Language); err != nil {
 					e.log.Warn("start a sandbox for the pool", "language", r.Language, "err", err)
 					break
@@ -531,6 +540,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.MoveInto(slot, cid) })
 	}
 	if adopted {
+		e.demand.took(spec.Language)
 		select {
 		case e.poolWake <- struct{}{}:
 		default:
