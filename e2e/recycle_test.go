@@ -29,35 +29,57 @@ func TestRecycledSandbox(t *testing.T) {
 	}
 
 	// The first conversation leaves what it can.
-	hostA := strings.TrimSpace(py("first", `import os, subprocess, socket
+	first := runCode(t, cs, map[string]any{"language": "python", "conversationId": "first", "env": map[string]string{"FIRST_SECRET": "A"},
+		"code": `import os, subprocess, socket, ctypes, sys
 open('/data/secret.txt', 'w').write('A')
 open('/tmp/leak', 'w').write('A')
 open('/dev/shm/leak', 'w').write('A')
 os.makedirs('/tmp/locked/inner')
 os.chmod('/tmp/locked', 0)
+os.mkfifo('/tmp/fifo')
+s = socket.socket(socket.AF_UNIX); s.bind('/tmp/sock')
+site = os.path.expanduser('~/.local/lib/python%d.%d/site-packages' % sys.version_info[:2])
+os.makedirs(site)
+open(site + '/planted.py', 'w').write('LEAK = 1')
+open(site + '/planted.pth', 'w').write('import planted')
+open('/tmp/planted.py', 'w').write('LEAK = 1')
+rt = ctypes.CDLL('librt.so.1', use_errno=True)
+rt.mq_open.restype = ctypes.c_int
+assert rt.mq_open(b'/leak', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0, ctypes.get_errno()
 subprocess.Popen(['sleep', '300'], start_new_session=True)
-print(socket.gethostname())`, false).Stdout)
+print(socket.gethostname())`})
+	if first.ExitCode != 0 {
+		t.Fatalf("first conversation: %+v", first)
+	}
+	hostA := strings.TrimSpace(first.Stdout)
 	py("first", "secret = 'kept by the first'", true)
 	// Another conversation's run evicts it (one warm sandbox at most).
 	py("second", "print(1)", false)
 	waitFor(t, func() bool { return recycled() == 1 })
 
-	r := py("third", `import os, socket
+	r := py("third", `import os, socket, sys
 procs = sorted(open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[0].decode() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())
 print(socket.gethostname())
 print(sorted(os.listdir('/data')))
 print(sorted(n for n in os.listdir('/tmp') if n not in ('runbox', 'matplotlib')))
 print(sorted(os.listdir('/dev/shm')))
 print(procs)
-print('secret' in globals())`, true)
+print('secret' in globals())
+print(sorted(os.listdir('/dev/mqueue')) if os.path.isdir('/dev/mqueue') else [])
+print('FIRST_SECRET' in os.environ, 'planted' in sys.modules)
+try:
+    import planted
+    print('planted imported')
+except ImportError:
+    print('no planted module')`, true)
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	if len(lines) != 6 {
+	if len(lines) != 9 {
 		t.Fatalf("third conversation: %+v", r)
 	}
 	if lines[0] != hostA {
 		t.Fatalf("the third conversation did not get the recycled sandbox (%s, not %s)", lines[0], hostA)
 	}
-	want := []string{"[]", "[]", "[]", "", "False"}
+	want := []string{"[]", "[]", "[]", "", "False", "[]", "False False", "no planted module"}
 	for i, w := range want {
 		if i == 3 {
 			continue // processes, checked below
