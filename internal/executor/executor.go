@@ -156,9 +156,10 @@ func (e *Executor) Start(ctx context.Context) error {
 
 	e.srv = asynq.NewServerFromRedisClient(e.redis, asynq.Config{
 		Concurrency: e.cfg.Concurrency,
-		// Its own queue first: the conversations whose sandbox it holds.
+		// Its own queue (the conversations whose sandbox it holds) more
+		// often than the shared one, never only: new conversations must
+		// not wait while owned ones keep coming.
 		Queues:            map[string]int{queue.ExecutorQueue(e.cfg.ID): 2, queue.Name: 1},
-		StrictPriority:    true,
 		TaskCheckInterval: e.cfg.PollInterval,
 		// Our own shutdown ends every run before asynq's; this is a backstop.
 		ShutdownTimeout: 10 * time.Second,

@@ -19,7 +19,7 @@ func (e *Executor) takeAnnounced(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for {
+		for mine := true; ; mine = !mine {
 			// A slot first: an executor that is full leaves announced runs
 			// to others, or to asynq.
 			select {
@@ -27,7 +27,7 @@ func (e *Executor) takeAnnounced(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			}
-			id, err := e.store.AwaitWake(ctx, announceWait, e.cfg.ID)
+			id, err := e.store.AwaitWake(ctx, announceWait, e.cfg.ID, mine)
 			if id == "" {
 				<-e.slots
 				if ctx.Err() != nil {

@@ -168,7 +168,7 @@ func TestEnqueueFollowsOwner(t *testing.T) {
 		if _, err := insp.GetTaskInfo(tt.queue, tt.run); err != nil {
 			t.Errorf("%s is not in %s: %v", tt.run, tt.queue, err)
 		}
-		if id, _ := st.AwaitWake(ctx, time.Second, tt.announcedTo); id != tt.run {
+		if id, _ := st.AwaitWake(ctx, time.Second, tt.announcedTo, true); id != tt.run {
 			t.Errorf("%s was not announced to %s (got %q)", tt.run, tt.announcedTo, id)
 		}
 	}

@@ -25,11 +25,13 @@ func (m *Manager) recycle(sb *sandbox) {
 		m.discard(sb)
 		return
 	}
+	begin := time.Now()
 	if r, err := sb.reset(); err != nil || !r.Clean {
 		m.log.Info("not recycling a sandbox", "container", shortID(sb.id), "reason", r.Reason, "err", err)
 		m.discard(sb)
 		return
 	}
+	reset := time.Since(begin)
 	slot, err := m.opts.Recycle(sb.key.conversation, func(dir string) bool {
 		id, err := dirID(dir)
 		return err == nil && id == sb.data
@@ -44,7 +46,8 @@ func (m *Manager) recycle(sb *sandbox) {
 	m.mu.Lock()
 	m.pool[lang] = append(m.pool[lang], sb)
 	m.mu.Unlock()
-	m.log.Debug("recycled a sandbox", "container", shortID(sb.id))
+	m.log.Debug("recycled a sandbox", "container", shortID(sb.id),
+		"reset_ms", reset.Milliseconds(), "total_ms", time.Since(begin).Milliseconds())
 }
 
 // reset asks the agent to reset the sandbox and waits for its answer; a

@@ -45,10 +45,15 @@ func (s *Store) Wake(ctx context.Context, id, executor string) error {
 }
 
 // AwaitWake waits up to d for a run announced to executor, or to every
-// executor, and returns its id, or "" when none came. Runs for executor
-// come first.
-func (s *Store) AwaitWake(ctx context.Context, d time.Duration, executor string) (string, error) {
-	res, err := s.rdb.BRPop(ctx, d, wakeExecutorKey(executor), wakeKey).Result()
+// executor, and returns its id, or "" when none came. mineFirst says which
+// list is looked at first when both hold runs; callers alternate, so that
+// neither starves the other.
+func (s *Store) AwaitWake(ctx context.Context, d time.Duration, executor string, mineFirst bool) (string, error) {
+	keys := []string{wakeExecutorKey(executor), wakeKey}
+	if !mineFirst {
+		keys[0], keys[1] = keys[1], keys[0]
+	}
+	res, err := s.rdb.BRPop(ctx, d, keys...).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return "", nil

@@ -7,8 +7,9 @@ import (
 )
 
 // TestWake: announced runs are taken once each, oldest first, those for
-// the executor before those for every executor; another executor sees
-// only the latter. Waiting with none announced returns "" after the wait.
+// the executor first when asked (the executor alternates); another
+// executor sees only those for every executor. Waiting with none announced
+// returns "" after the wait.
 func TestWake(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
@@ -17,11 +18,11 @@ func TestWake(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got, err := s.AwaitWake(ctx, time.Second, "e2"); err != nil || got != "a" {
+		if got, err := s.AwaitWake(ctx, time.Second, "e2", true); err != nil || got != "a" {
 			t.Errorf("another executor took %q, %v; want a", got, err)
 		}
 		for _, want := range []string{"mine", "b", ""} {
-			got, err := s.AwaitWake(ctx, time.Second, "e1")
+			got, err := s.AwaitWake(ctx, time.Second, "e1", true)
 			if err != nil || got != want {
 				t.Errorf("AwaitWake = %q, %v; want %q", got, err, want)
 			}
