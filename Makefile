@@ -1,5 +1,7 @@
 # runbox — see README.md.
 GO ?= go
+# The S3 server the file-store tests run against (Apache-2.0).
+VERSITYGW ?= v1.8.0
 
 .PHONY: run test build images deploy-images deps test-deps vet bench clean
 
@@ -38,6 +40,8 @@ deps:
 
 test-deps:
 	./deploy/deps.sh test
+	@command -v versitygw >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/versitygw" ] || \
+		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW)
 
 vet:
 	$(GO) vet ./...

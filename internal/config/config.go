@@ -82,8 +82,25 @@ type Config struct {
 	// the engine's default if empty.
 	Runtime string
 
+	// FileStore is where conversations' files live; nil: the host folder
+	// SandboxRoot.
+	FileStore *S3
+
 	LogLevel  string
 	LogFormat string
+}
+
+// S3 is a file store in S3-compatible storage: FILE_STORE=s3://bucket/prefix
+// and the AWS SDKs' own variables for where and who.
+type S3 struct {
+	Bucket string
+	Prefix string // "" or ending in '/'
+	// Endpoint is AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3); empty: AWS.
+	Endpoint string
+	Region   string
+	// AccessKey, SecretKey and SessionToken are the credentials; without
+	// them the shared credentials file and the instance role are tried.
+	AccessKey, SecretKey, SessionToken string
 }
 
 // FromEnv reads the configuration through getenv (os.Getenv in production).
@@ -136,6 +153,11 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
 		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
 	}
+	if v := getenv("FILE_STORE"); v != "" {
+		if c.FileStore = parseS3(v, getenv); c.FileStore == nil {
+			p.fail("FILE_STORE", "must be s3://<bucket>[/<prefix>], or unset for the host folder")
+		}
+	}
 	if secret := getenv("FILE_SECRET"); secret != "" {
 		if len(secret) < 16 {
 			p.fail("FILE_SECRET", "must be at least 16 characters")
@@ -178,6 +200,43 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// parseS3 reads FILE_STORE and the AWS variables; nil if FILE_STORE is
+// not an s3:// URL with a valid bucket name.
+func parseS3(v string, getenv func(string) string) *S3 {
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "s3" || u.User != nil || u.RawQuery != "" || !validBucket(u.Host) {
+		return nil
+	}
+	prefix := strings.Trim(u.Path, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	return &S3{
+		Bucket:       u.Host,
+		Prefix:       prefix,
+		Endpoint:     cmp.Or(getenv("AWS_ENDPOINT_URL_S3"), getenv("AWS_ENDPOINT_URL")),
+		Region:       cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "us-east-1"),
+		AccessKey:    getenv("AWS_ACCESS_KEY_ID"),
+		SecretKey:    getenv("AWS_SECRET_ACCESS_KEY"),
+		SessionToken: getenv("AWS_SESSION_TOKEN"),
+	}
+}
+
+// validBucket checks S3's rules for bucket names: 3 to 63 lower-case
+// letters, digits, '.' and '-', starting and ending with a letter or digit.
+func validBucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 || strings.HasPrefix(b, "-") || strings.HasSuffix(b, "-") ||
+		strings.HasPrefix(b, ".") || strings.HasSuffix(b, ".") {
+		return false
+	}
+	for _, r := range b {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // DefaultPollInterval is how often an idle executor asks asynq for work. A

@@ -69,11 +69,41 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"LOG_FORMAT", "xml"},
 		{"EXECUTOR_ID", "a/b"},
 		{"EXECUTOR_CONCURRENCY", "many"},
+		{"FILE_STORE", "/srv/files"},
+		{"FILE_STORE", "s3://"},
+		{"FILE_STORE", "s3://Upper_Case"},
+		{"FILE_STORE", "s3://user:pw@bucket"},
+		{"FILE_STORE", "gs://bucket"},
 	}
 	for _, tt := range tests {
 		_, err := FromEnv(env(map[string]string{tt.name: tt.value}))
 		if err == nil || !strings.Contains(err.Error(), tt.name) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s=%q: error %v, want one line naming it", tt.name, tt.value, err)
+		}
+	}
+}
+
+func TestFileStore(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want *S3
+	}{
+		{nil, nil},
+		{map[string]string{"FILE_STORE": "s3://runbox-files"},
+			&S3{Bucket: "runbox-files", Region: "us-east-1"}},
+		{map[string]string{"FILE_STORE": "s3://b.example/a/b/", "AWS_ENDPOINT_URL": "http://127.0.0.1:7070",
+			"AWS_ENDPOINT_URL_S3": "http://s3.local:9000", "AWS_REGION": "eu-west-1",
+			"AWS_ACCESS_KEY_ID": "K", "AWS_SECRET_ACCESS_KEY": "S", "AWS_SESSION_TOKEN": "T"},
+			&S3{Bucket: "b.example", Prefix: "a/b/", Endpoint: "http://s3.local:9000", Region: "eu-west-1",
+				AccessKey: "K", SecretKey: "S", SessionToken: "T"}},
+	}
+	for _, tt := range tests {
+		c, err := FromEnv(env(tt.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (c.FileStore == nil) != (tt.want == nil) || c.FileStore != nil && *c.FileStore != *tt.want {
+			t.Errorf("%v: %+v, want %+v", tt.env, c.FileStore, tt.want)
 		}
 	}
 }

@@ -129,8 +129,8 @@ func TestListSkipsLinksAndSpecialFiles(t *testing.T) {
 
 func TestChanged(t *testing.T) {
 	t0 := time.Unix(100, 0)
-	before := []Entry{{"same", 1, t0}, {"grown", 1, t0}, {"touched", 1, t0}, {"deleted", 1, t0}}
-	after := []Entry{{"same", 1, t0}, {"grown", 2, t0}, {"touched", 1, t0.Add(time.Nanosecond)}, {"new", 1, t0}}
+	before := []Entry{{Name: "same", Size: 1, ModTime: t0}, {Name: "grown", Size: 1, ModTime: t0}, {Name: "touched", Size: 1, ModTime: t0}, {Name: "deleted", Size: 1, ModTime: t0}}
+	after := []Entry{{Name: "same", Size: 1, ModTime: t0}, {Name: "grown", Size: 2, ModTime: t0}, {Name: "touched", Size: 1, ModTime: t0.Add(time.Nanosecond)}, {Name: "new", Size: 1, ModTime: t0}}
 	var got []string
 	for _, e := range Changed(before, after) {
 		got = append(got, e.Name)

@@ -24,8 +24,8 @@ import (
 const (
 	// maxEntries bounds a listing: a program may write millions of files.
 	maxEntries = 1000
-	// maxDepth bounds how deep a listing descends.
-	maxDepth = 8
+	// MaxDepth bounds how deep a listing descends.
+	MaxDepth = 8
 )
 
 // ErrNotFound reports a file that does not exist or is not a regular file.
@@ -252,11 +252,7 @@ func (f *Folders) Conversations() ([]Conversation, error) {
 }
 
 // Entry is a regular file in a conversation's folder.
-type Entry struct {
-	Name    string // slash-separated, relative to /data
-	Size    int64
-	ModTime time.Time
-}
+type Entry = runbox.StoredFile
 
 // List returns the regular files of a conversation, sorted by name.
 // Symlinks and special files are left out; a missing folder has no files.
@@ -284,7 +280,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			return nil // unreadable entries are not listed
 		}
 		if d.IsDir() {
-			if p != "." && strings.Count(p, "/") >= maxDepth {
+			if p != "." && strings.Count(p, "/") >= MaxDepth {
 				return fs.SkipDir
 			}
 			return nil

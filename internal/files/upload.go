@@ -29,8 +29,7 @@ func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) 
 // existing name is an error, even if it appeared meanwhile.
 func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bool) (Entry, error) {
 	if !ValidFileName(name) {
-		return Entry{}, runbox.Errorf(runbox.EInvalidPath,
-			"file names may hold only letters, digits, '.', '_' and '-', may not start with a dot, and have at most 255 bytes")
+		return Entry{}, ErrFileName
 	}
 	dir, err := f.Ensure(cid)
 	if err != nil {
@@ -45,7 +44,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	existing, err := root.Lstat(name)
 	switch {
 	case err == nil && !overwrite:
-		return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
+		return Entry{}, ExistsError(name)
 	case err == nil && !existing.Mode().IsRegular():
 		return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists and is not a regular file", name)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
@@ -71,13 +70,13 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	}
 	switch {
 	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
-		return Entry{}, quotaError(f.quota)
+		return Entry{}, QuotaError(f.quota)
 	case err != nil:
 		return Entry{}, fmt.Errorf("write file: %w", err)
 	case n > limit:
-		return Entry{}, runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit)
+		return Entry{}, TooLargeError(limit)
 	case n > free:
-		return Entry{}, quotaError(f.quota)
+		return Entry{}, QuotaError(f.quota)
 	}
 	_ = root.Lchown(tmp, f.uid, f.gid) // so that programs may change it
 	if overwrite {
@@ -85,7 +84,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	} else {
 		err = root.Link(tmp, name)
 		if errors.Is(err, fs.ErrExist) {
-			return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
+			return Entry{}, ExistsError(name)
 		}
 	}
 	if err != nil {
@@ -98,6 +97,21 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	return Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()}, nil
 }
 
-func quotaError(quota int64) error {
+// ErrFileName reports an upload's name that ValidFileName refuses.
+var ErrFileName = runbox.Errorf(runbox.EInvalidPath,
+	"file names may hold only letters, digits, '.', '_' and '-', may not start with a dot, and have at most 255 bytes")
+
+// ExistsError reports an upload whose name is taken.
+func ExistsError(name string) error {
+	return runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
+}
+
+// TooLargeError reports an upload over the limit.
+func TooLargeError(limit int64) error {
+	return runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit)
+}
+
+// QuotaError reports an upload that would take a conversation past quota.
+func QuotaError(quota int64) error {
 	return runbox.Errorf(runbox.EQuotaExceeded, "the conversation's files would exceed its quota of %d bytes", quota)
 }

@@ -1,0 +1,311 @@
+// Package s3store keeps conversations' files in S3-compatible storage, so
+// that the api needs no folder shared with the executors and a
+// conversation can move from one executor to another.
+//
+// A conversation's files are the objects under
+// "<prefix><client>/<id>/": one object per file, its key the file's path
+// under /data. What is in the bucket was written by untrusted code (through
+// an executor) or may have been put there by anyone with access to the
+// bucket: every key read back is checked as a file name before use.
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/files"
+)
+
+// maxEntries bounds a listing, as the host folder's does.
+const maxEntries = 1000
+
+// Store is a file store in one bucket.
+type Store struct {
+	mc     *minio.Client
+	bucket string
+	prefix string
+	quota  int64
+}
+
+var _ runbox.FileStore = (*Store)(nil)
+
+// Open connects to the bucket cfg names, making it if it does not exist,
+// and holds each conversation to quota bytes.
+func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
+	endpoint, secure := "s3.amazonaws.com", true
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, runbox.Errorf(runbox.EInvalid, "AWS_ENDPOINT_URL must be an http(s) URL")
+		}
+		endpoint, secure = u.Host, u.Scheme == "https"
+	}
+	creds := credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.FileAWSCredentials{}, &credentials.IAM{Client: http.DefaultClient},
+	})
+	if cfg.AccessKey != "" {
+		creds = credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
+	}
+	mc, err := minio.New(endpoint, &minio.Options{Creds: creds, Secure: secure, Region: cfg.Region})
+	if err != nil {
+		return nil, fmt.Errorf("file store: %w", err)
+	}
+	s := &Store{mc: mc, bucket: cfg.Bucket, prefix: cfg.Prefix, quota: quota}
+	exists, err := mc.BucketExists(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("file store: bucket %s at %s: %w", cfg.Bucket, endpoint, err)
+	}
+	if !exists {
+		if err := mc.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region}); err != nil {
+			return nil, fmt.Errorf("file store: make bucket %s at %s: %w", cfg.Bucket, endpoint, err)
+		}
+	}
+	return s, nil
+}
+
+// convPrefix is where a conversation's objects are: under its client, so
+// that a client's usage is one listing.
+func (s *Store) convPrefix(conv string) (string, error) {
+	client, id, ok := runbox.ParseConversationKey(conv)
+	if !ok {
+		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	return s.prefix + client + "/" + id + "/", nil
+}
+
+func (s *Store) key(conv, name string) (string, string, error) {
+	prefix, err := s.convPrefix(conv)
+	if err != nil {
+		return "", "", err
+	}
+	name, err = files.CleanName(name)
+	if err != nil {
+		return "", "", err
+	}
+	return prefix + name, name, nil
+}
+
+// list calls fn for every object under prefix, until fn returns false.
+func (s *Store) list(ctx context.Context, prefix string, fn func(minio.ObjectInfo) bool) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the listing if fn stops early
+	defer cancel()
+	for obj := range s.mc.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return fmt.Errorf("list files: %w", obj.Err)
+		}
+		if !fn(obj) {
+			break
+		}
+	}
+	return nil
+}
+
+func (s *Store) List(ctx context.Context, conv string) ([]runbox.StoredFile, error) {
+	prefix, err := s.convPrefix(conv)
+	if err != nil {
+		return nil, err
+	}
+	var out []runbox.StoredFile
+	err = s.list(ctx, prefix, func(obj minio.ObjectInfo) bool {
+		name, err := files.CleanName(strings.TrimPrefix(obj.Key, prefix))
+		if err != nil || name != strings.TrimPrefix(obj.Key, prefix) || strings.Count(name, "/") > files.MaxDepth {
+			return true // not a name a run could have written: never served
+		}
+		out = append(out, stored(name, obj))
+		return len(out) < maxEntries
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b runbox.StoredFile) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func stored(name string, obj minio.ObjectInfo) runbox.StoredFile {
+	return runbox.StoredFile{Name: name, Size: obj.Size, ModTime: obj.LastModified, ETag: obj.ETag}
+}
+
+func (s *Store) Open(ctx context.Context, conv, name string) (io.ReadSeekCloser, runbox.StoredFile, error) {
+	key, name, err := s.key(conv, name)
+	if err != nil {
+		return nil, runbox.StoredFile{}, err
+	}
+	obj, err := s.mc.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, runbox.StoredFile{}, fmt.Errorf("open file: %w", err)
+	}
+	info, err := obj.Stat()
+	if err != nil {
+		obj.Close()
+		if isNotFound(err) {
+			return nil, runbox.StoredFile{}, files.ErrNotFound
+		}
+		return nil, runbox.StoredFile{}, fmt.Errorf("open file: %w", err)
+	}
+	return obj, stored(name, info), nil
+}
+
+func isNotFound(err error) bool {
+	code := minio.ToErrorResponse(err).Code
+	return code == minio.NoSuchKey || code == "NotFound"
+}
+
+// Write spools the upload to a temporary file first: its size is then
+// known before anything reaches the bucket, and a file over the limit or
+// the quota leaves no object behind.
+func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit int64, overwrite bool) (runbox.StoredFile, error) {
+	if !files.ValidFileName(name) {
+		return runbox.StoredFile{}, files.ErrFileName
+	}
+	key, name, err := s.key(conv, name)
+	if err != nil {
+		return runbox.StoredFile{}, err
+	}
+	var existing int64
+	info, err := s.mc.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err == nil && !overwrite:
+		return runbox.StoredFile{}, files.ExistsError(name)
+	case err == nil:
+		existing = info.Size
+	case !isNotFound(err):
+		return runbox.StoredFile{}, fmt.Errorf("inspect file: %w", err)
+	}
+	used, err := s.usage(ctx, conv)
+	if err != nil {
+		return runbox.StoredFile{}, err
+	}
+	free := max(0, s.quota-used+existing)
+
+	tmp, err := os.CreateTemp("", "runbox-upload-")
+	if err != nil {
+		return runbox.StoredFile{}, fmt.Errorf("spool upload: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	n, err := io.Copy(tmp, io.LimitReader(r, min(limit, free)+1))
+	switch {
+	case err != nil:
+		return runbox.StoredFile{}, fmt.Errorf("read upload: %w", err)
+	case n > limit:
+		return runbox.StoredFile{}, files.TooLargeError(limit)
+	case n > free:
+		return runbox.StoredFile{}, files.QuotaError(s.quota)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return runbox.StoredFile{}, fmt.Errorf("spool upload: %w", err)
+	}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	if !overwrite {
+		// A file of that name that appeared meanwhile is not replaced.
+		opts.SetMatchETagExcept("*")
+	}
+	up, err := s.mc.PutObject(ctx, s.bucket, key, tmp, n, opts)
+	if err != nil {
+		if code := minio.ToErrorResponse(err).Code; code == "PreconditionFailed" {
+			return runbox.StoredFile{}, files.ExistsError(name)
+		}
+		return runbox.StoredFile{}, fmt.Errorf("store file: %w", err)
+	}
+	return runbox.StoredFile{Name: name, Size: n, ModTime: up.LastModified, ETag: up.ETag}, nil
+}
+
+// Put stores a file a run wrote, of size bytes, as its executor pushes it.
+func (s *Store) Put(ctx context.Context, conv, name string, r io.Reader, size int64) (runbox.StoredFile, error) {
+	key, name, err := s.key(conv, name)
+	if err != nil {
+		return runbox.StoredFile{}, err
+	}
+	up, err := s.mc.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return runbox.StoredFile{}, fmt.Errorf("store file: %w", err)
+	}
+	return runbox.StoredFile{Name: name, Size: size, ModTime: up.LastModified, ETag: up.ETag}, nil
+}
+
+// Delete removes files of a conversation.
+func (s *Store) Delete(ctx context.Context, conv string, names []string) error {
+	for _, n := range names {
+		key, _, err := s.key(conv, n)
+		if err != nil {
+			return err
+		}
+		if err := s.mc.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil && !isNotFound(err) {
+			return fmt.Errorf("delete file: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) Exists(ctx context.Context, conv string) (bool, error) {
+	prefix, err := s.convPrefix(conv)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	err = s.list(ctx, prefix, func(minio.ObjectInfo) bool { found = true; return false })
+	return found, err
+}
+
+func (s *Store) Remove(ctx context.Context, conv string) error {
+	prefix, err := s.convPrefix(conv)
+	if err != nil {
+		return err
+	}
+	objs := make(chan minio.ObjectInfo)
+	listErr := make(chan error, 1)
+	go func() {
+		defer close(objs)
+		listErr <- s.list(ctx, prefix, func(obj minio.ObjectInfo) bool {
+			select {
+			case objs <- obj:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	var errs []error
+	for rerr := range s.mc.RemoveObjects(ctx, s.bucket, objs, minio.RemoveObjectsOptions{}) {
+		errs = append(errs, rerr.Err)
+	}
+	errs = append(errs, <-listErr)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove conversation files: %w", err)
+	}
+	return nil
+}
+
+// usage sums the sizes of a conversation's objects, all of them.
+func (s *Store) usage(ctx context.Context, conv string) (int64, error) {
+	prefix, err := s.convPrefix(conv)
+	if err != nil {
+		return 0, err
+	}
+	return s.sum(ctx, prefix)
+}
+
+func (s *Store) sum(ctx context.Context, prefix string) (int64, error) {
+	var total int64
+	err := s.list(ctx, prefix, func(obj minio.ObjectInfo) bool { total += obj.Size; return true })
+	return total, err
+}
+
+func (s *Store) ClientUsage(ctx context.Context, client string) (int64, error) {
+	if !runbox.ValidClientName(client) {
+		return 0, runbox.Errorf(runbox.EInvalid, "invalid client")
+	}
+	return s.sum(ctx, s.prefix+client+"/")
+}

@@ -1,0 +1,143 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+func open(t *testing.T, quota int64) *Store {
+	t.Helper()
+	cfg := testenv.S3(t, "runbox-files")
+	cfg.Prefix = "test/"
+	s, err := Open(context.Background(), cfg, quota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func names(fs []runbox.StoredFile) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Name)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestStore(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 100)
+	const conv = "~alice~c1"
+
+	if ok, err := s.Exists(ctx, conv); err != nil || ok {
+		t.Fatalf("new conversation exists: %v, %v", ok, err)
+	}
+	f, err := s.Write(ctx, conv, "a.txt", strings.NewReader("hello"), 50, false)
+	if err != nil || f.Name != "a.txt" || f.Size != 5 || f.ETag == "" {
+		t.Fatalf("write: %+v, %v", f, err)
+	}
+	if _, err := s.Put(ctx, conv, "out/b.csv", strings.NewReader("1,2"), 3); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		file      string
+		body      string
+		overwrite bool
+		code      string
+	}{
+		{"taken", "a.txt", "x", false, runbox.EFileExists},
+		{"over the limit", "big", strings.Repeat("x", 51), false, runbox.ETooLarge},
+		{"over the quota", "q", strings.Repeat("x", 50), true, ""},
+		{"quota counts all files", "q2", strings.Repeat("x", 45), false, runbox.EQuotaExceeded},
+		{"overwrite frees the old size", "q", strings.Repeat("y", 50), true, ""},
+		{"hidden name", ".env", "x", false, runbox.EInvalidPath},
+		{"path", "../x", "x", false, runbox.EInvalidPath},
+	}
+	for _, tt := range tests {
+		_, err := s.Write(ctx, conv, tt.file, strings.NewReader(tt.body), 50, tt.overwrite)
+		if tt.code == "" && err != nil || tt.code != "" && runbox.ErrorCode(err) != tt.code {
+			t.Errorf("%s: error %v, want code %q", tt.name, err, tt.code)
+		}
+	}
+
+	list, err := s.List(ctx, conv)
+	if err != nil || names(list) != "a.txt out/b.csv q" {
+		t.Fatalf("list: %q, %v", names(list), err)
+	}
+	r, info, err := s.Open(ctx, conv, "/data/out/b.csv")
+	if err != nil || info.Size != 3 {
+		t.Fatalf("open: %+v, %v", info, err)
+	}
+	if _, err := r.Seek(2, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(r); string(b) != "2" {
+		t.Errorf("read after seek: %q", b)
+	}
+	r.Close()
+	if _, _, err := s.Open(ctx, conv, "missing"); runbox.ErrorCode(err) != runbox.ENotFound {
+		t.Errorf("missing file: %v", err)
+	}
+	// Another client's conversation of the same id is another folder.
+	if _, _, err := s.Open(ctx, "c1", "a.txt"); runbox.ErrorCode(err) != runbox.ENotFound {
+		t.Errorf("default client's c1 reads alice's: %v", err)
+	}
+	if _, err := s.List(ctx, "../x"); runbox.ErrorCode(err) != runbox.EInvalid {
+		t.Errorf("invalid key: %v", err)
+	}
+	if used, err := s.ClientUsage(ctx, "alice"); err != nil || used != 5+3+50 {
+		t.Errorf("alice uses %d, %v", used, err)
+	}
+	if used, err := s.ClientUsage(ctx, "default"); err != nil || used != 0 {
+		t.Errorf("default uses %d, %v", used, err)
+	}
+
+	if err := s.Delete(ctx, conv, []string{"q", "never"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Exists(ctx, conv); err != nil || ok {
+		t.Errorf("removed conversation exists: %v, %v", ok, err)
+	}
+}
+
+// Objects put in the bucket by anyone else are never served under names a
+// run could not have written.
+func TestForeignKeys(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	for _, key := range []string{"test/default/c/ok.txt", "test/default/c/back\\slash",
+		"test/default/c/" + strings.Repeat("d/", 10) + "deep"} {
+		if _, err := s.mc.PutObject(ctx, s.bucket, key, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+	}
+	list, err := s.List(ctx, "c")
+	if err != nil || names(list) != "ok.txt" {
+		t.Errorf("list = %q, %v", names(list), err)
+	}
+}
+
+func TestOpenRefusesBadEndpoint(t *testing.T) {
+	cfg := testenv.S3(t, "runbox-files")
+	cfg.Endpoint = "ftp://x"
+	if _, err := Open(context.Background(), cfg, 1); err == nil {
+		t.Error("ftp endpoint accepted")
+	}
+	cfg.Endpoint, cfg.SecretKey = testenv.S3(t, "runbox-files").Endpoint, "wrong"
+	_, err := Open(context.Background(), cfg, 1)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wrong secret: %v", err)
+	}
+}
