@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	// maxEntries bounds a listing: a program may write millions of files.
-	maxEntries = 1000
+	// MaxEntries bounds a listing: a program may write millions of files.
+	MaxEntries = 1000
 	// MaxDepth bounds how deep a listing descends.
 	MaxDepth = 8
 )
@@ -285,7 +285,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || strings.HasPrefix(path.Base(p), uploadPrefix) {
+		if !d.Type().IsRegular() || strings.HasPrefix(path.Base(p), UploadPrefix) {
 			return nil
 		}
 		info, err := d.Info()
@@ -293,7 +293,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			return nil
 		}
 		out = append(out, Entry{Name: p, Size: info.Size(), ModTime: info.ModTime()})
-		if len(out) >= maxEntries {
+		if len(out) >= MaxEntries {
 			return fs.SkipAll
 		}
 		return nil

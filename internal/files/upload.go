@@ -16,8 +16,8 @@ import (
 
 var fileNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}$`)
 
-// uploadPrefix names files being uploaded; listings skip them.
-const uploadPrefix = ".upload-"
+// UploadPrefix names files being written; listings skip them.
+const UploadPrefix = ".upload-"
 
 // ValidFileName reports whether name may name an uploaded file: letters,
 // digits, '.', '_' and '-', not starting with a dot, at most 255 bytes. Such
@@ -58,7 +58,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 		free += existing.Size()
 	}
 
-	tmp := uploadPrefix + strings.ToLower(rand.Text()[:12])
+	tmp := UploadPrefix + strings.ToLower(rand.Text()[:12])
 	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return Entry{}, fmt.Errorf("create file: %w", err)

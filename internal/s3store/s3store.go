@@ -28,8 +28,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 )
 
-// maxEntries bounds a listing, as the host folder's does.
-const maxEntries = 1000
 
 // Store is a file store in one bucket.
 type Store struct {
@@ -124,7 +122,7 @@ func (s *Store) List(ctx context.Context, conv string) ([]runbox.StoredFile, err
 			return true // not a name a run could have written: never served
 		}
 		out = append(out, stored(name, obj))
-		return len(out) < maxEntries
+		return len(out) < files.MaxEntries
 	})
 	if err != nil {
 		return nil, err

@@ -44,3 +44,13 @@ func ownerKey(cid string) string { return prefix + "conv:" + cid + ":owner" }
 
 // Announcements of runs for one executor (wake.go).
 func wakeExecutorKey(executor string) string { return wakeKey + ":" + executor }
+
+// Conversations' files in a shared file store (files.go): the version of
+// each, the clock versions are taken from, and when each was last used.
+func filesVersionKey(cid string) string { return prefix + "conv:" + cid + ":files" }
+
+const (
+	filesClockKey = prefix + "files:clock"
+	filesUsedKey  = prefix + "files:used"
+	fileSecretKey = prefix + "file-secret"
+)

@@ -1,0 +1,275 @@
+// Package workcopy keeps an executor's working copies of conversations
+// whose files live in a remote file store (S3). The sandbox mounts the
+// copy, a folder like any other (quota and all); before a run the copy is
+// brought up to the store's version, and before the run's done what the
+// run changed goes back.
+//
+// A copy is current when it was made at the version Redis holds for the
+// conversation (store.FilesVersion): a warm run costs one GET. Otherwise
+// the store is listed, and each file whose content (ETag) or local size
+// and time differ from what this executor last fetched or pushed is
+// fetched again; files the store no longer has are removed.
+package workcopy
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// Remote is the file store the copies come from: s3store.Store.
+type Remote interface {
+	List(ctx context.Context, conv string) ([]runbox.StoredFile, error)
+	Open(ctx context.Context, conv, name string) (io.ReadSeekCloser, runbox.StoredFile, error)
+	Put(ctx context.Context, conv, name string, r io.Reader, size int64) (runbox.StoredFile, error)
+	Delete(ctx context.Context, conv string, names []string) error
+}
+
+// Copies are an executor's working copies.
+type Copies struct {
+	remote   Remote
+	folders  *files.Folders
+	versions *store.Store
+	uid, gid int
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	known map[string]*manifest // by conversation
+}
+
+// manifest is what this executor knows of a copy: the version it was
+// current at (-1: none) and, per file, the store's ETag and the local size
+// and time it had when fetched or pushed.
+type manifest struct {
+	version int64
+	files   map[string]synced
+}
+
+type synced struct {
+	etag    string
+	size    int64
+	modTime time.Time
+}
+
+// New returns working copies in folders of the files in remote; files are
+// owned by uid and gid, the sandbox user.
+func New(remote Remote, folders *files.Folders, versions *store.Store, uid, gid int, log *slog.Logger) *Copies {
+	return &Copies{remote: remote, folders: folders, versions: versions, uid: uid, gid: gid,
+		log: log.With("component", "workcopy"), known: map[string]*manifest{}}
+}
+
+// Forget drops what is known of a conversation's copy: its folder was
+// removed, or is about to be.
+func (c *Copies) Forget(cid string) {
+	c.mu.Lock()
+	delete(c.known, cid)
+	c.mu.Unlock()
+}
+
+// manifest returns the conversation's manifest. Runs of one conversation
+// do not overlap, so its manifest has one user at a time.
+func (c *Copies) manifest(cid string) *manifest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.known[cid]
+	if m == nil {
+		m = &manifest{version: -1, files: map[string]synced{}}
+		c.known[cid] = m
+	}
+	return m
+}
+
+// Pull brings the copy of conversation cid, whose folder is ready
+// (files.Folders.Ensure), up to the store's version.
+func (c *Copies) Pull(ctx context.Context, cid string) error {
+	m := c.manifest(cid)
+	// The version is read before the listing: a change after it makes the
+	// next run list again.
+	v, err := c.versions.FilesVersion(ctx, cid)
+	if err != nil {
+		return err
+	}
+	if m.version == v {
+		return nil
+	}
+	remote, err := c.remote.List(ctx, cid)
+	if err != nil {
+		return err
+	}
+	local, err := c.folders.List(cid)
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(c.folders.Path(cid))
+	if err != nil {
+		return fmt.Errorf("open working copy: %w", err)
+	}
+	defer root.Close()
+	here := make(map[string]runbox.StoredFile, len(local))
+	for _, l := range local {
+		here[l.Name] = l
+	}
+	fetched := 0
+	for _, r := range remote {
+		l, ok := here[r.Name]
+		delete(here, r.Name)
+		if s, known := m.files[r.Name]; ok && known && s.etag == r.ETag && s.size == l.Size && s.modTime.Equal(l.ModTime) {
+			continue
+		}
+		s, err := c.fetch(ctx, root, cid, r.Name)
+		if err != nil {
+			return err
+		}
+		m.files[r.Name] = s
+		fetched++
+	}
+	// What is left here the store does not have: removed elsewhere, or
+	// written by a run whose push this executor did not finish.
+	if len(local) < files.MaxEntries && len(remote) < files.MaxEntries {
+		for name := range here {
+			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove a file the store does not have: %w", err)
+			}
+			delete(m.files, name)
+		}
+	}
+	m.version = v
+	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched)
+	return nil
+}
+
+// fetch writes the store's file name into the copy, whole or not at all.
+func (c *Copies) fetch(ctx context.Context, root *os.Root, cid, name string) (synced, error) {
+	r, info, err := c.remote.Open(ctx, cid, name)
+	if err != nil {
+		return synced{}, err
+	}
+	defer r.Close()
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+		}
+		for d := dir; d != "."; d = path.Dir(d) {
+			_ = root.Lchown(d, c.uid, c.gid)
+		}
+	}
+	// Beside the file, so that the rename stays in one folder; listings
+	// skip the prefix.
+	tmp := path.Join(path.Dir(name), files.UploadPrefix+strings.ToLower(rand.Text()[:12]))
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+	}
+	defer root.Remove(tmp)
+	_, err = io.Copy(out, r)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+	}
+	_ = root.Lchown(tmp, c.uid, c.gid) // so that programs may change it
+	// A run may have left a folder where the file goes: the store wins.
+	if fi, err := root.Lstat(name); err == nil && fi.IsDir() {
+		if err := root.RemoveAll(name); err != nil {
+			return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+		}
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+	}
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return synced{}, fmt.Errorf("fetch %s: %w", name, err)
+	}
+	return synced{etag: info.ETag, size: fi.Size(), modTime: fi.ModTime()}, nil
+}
+
+// Push sends what a run changed, from the listings of the copy before
+// and after it, to the store, and records the change.
+func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.StoredFile) error {
+	m := c.manifest(cid)
+	changed := files.Changed(before, after)
+	var removed []string
+	// A listing cut at its bound does not say what was removed.
+	if len(before) < files.MaxEntries && len(after) < files.MaxEntries {
+		now := make(map[string]bool, len(after))
+		for _, a := range after {
+			now[a.Name] = true
+		}
+		for _, b := range before {
+			if !now[b.Name] {
+				removed = append(removed, b.Name)
+			}
+		}
+	}
+	if len(changed) == 0 && len(removed) == 0 {
+		return c.versions.FilesUsed(ctx, cid, time.Now())
+	}
+	root, err := os.OpenRoot(c.folders.Path(cid))
+	if err != nil {
+		return fmt.Errorf("open working copy: %w", err)
+	}
+	defer root.Close()
+	for _, e := range changed {
+		if !utf8.ValidString(e.Name) {
+			// S3 keys are UTF-8: such a file stays on this executor only.
+			c.log.Warn("a file whose name is not UTF-8 is not kept in the store", "conversation", cid)
+			continue
+		}
+		s, err := c.put(ctx, root, cid, e)
+		if err != nil {
+			return err
+		}
+		m.files[e.Name] = s
+	}
+	if err := c.remote.Delete(ctx, cid, removed); err != nil {
+		return err
+	}
+	for _, n := range removed {
+		delete(m.files, n)
+	}
+	v, current, err := c.versions.FilesChanged(ctx, cid, m.version, time.Now())
+	if err != nil {
+		return err
+	}
+	m.version = -1 // another change came between: the next run lists the store
+	if current {
+		m.version = v
+	}
+	return nil
+}
+
+// put sends one file of the copy to the store. It opens nothing but a
+// regular file and follows no link.
+func (c *Copies) put(ctx context.Context, root *os.Root, cid string, e runbox.StoredFile) (synced, error) {
+	f, err := root.OpenFile(e.Name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return synced{}, fmt.Errorf("push %s: %w", e.Name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return synced{}, fmt.Errorf("push %s: not a regular file", e.Name)
+	}
+	st, err := c.remote.Put(ctx, cid, e.Name, io.LimitReader(f, fi.Size()), fi.Size())
+	if err != nil {
+		return synced{}, err
+	}
+	return synced{etag: st.ETag, size: fi.Size(), modTime: fi.ModTime()}, nil
+}

@@ -1,0 +1,203 @@
+package workcopy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/s3store"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+// listings counts the store's listings: a current copy makes none.
+type listings struct {
+	*s3store.Store
+	n atomic.Int32
+}
+
+func (l *listings) List(ctx context.Context, conv string) ([]runbox.StoredFile, error) {
+	l.n.Add(1)
+	return l.Store.List(ctx, conv)
+}
+
+// executor is one executor's side: its folders and copies.
+type executor struct {
+	folders *files.Folders
+	copies  *Copies
+}
+
+func newExecutor(t *testing.T, remote Remote, versions *store.Store) executor {
+	t.Helper()
+	f, err := files.NewFolders(t.TempDir(), files.Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: files.QuotaWalk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return executor{folders: f, copies: New(remote, f, versions, os.Getuid(), os.Getgid(), slog.New(slog.DiscardHandler))}
+}
+
+// run is a run on the executor: pull, change the folder, push.
+func (e executor) run(t *testing.T, cid string, change func(dir string)) {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := e.folders.Ensure(cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.copies.Pull(ctx, cid); err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	before, _ := e.folders.List(cid)
+	change(dir)
+	after, _ := e.folders.List(cid)
+	if err := e.copies.Push(ctx, cid, before, after); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+}
+
+func write(t *testing.T, dir, name, content string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tree is the folder's regular files and contents, "name=content ...".
+func tree(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			b, _ := os.ReadFile(p)
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel+"="+string(b))
+		}
+		return nil
+	})
+	return strings.Join(out, " ")
+}
+
+func TestCopiesFollowTheConversation(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := &listings{Store: s3}
+	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	a, b := newExecutor(t, remote, versions), newExecutor(t, remote, versions)
+	const cid = "conv"
+
+	a.run(t, cid, func(dir string) {
+		write(t, dir, "keep.txt", "one")
+		write(t, dir, "gone.txt", "x")
+		write(t, dir, "out/deep/r.csv", "1,2")
+		os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
+		syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644)
+	})
+	if got, _ := s3.List(ctx, cid); len(got) != 3 {
+		t.Fatalf("store after the first run: %+v", got)
+	}
+
+	// The conversation moves to b: it finds a's files, nothing else.
+	b.run(t, cid, func(dir string) {
+		if got := tree(t, dir); got != "gone.txt=x keep.txt=one out/deep/r.csv=1,2" {
+			t.Errorf("b's copy: %q", got)
+		}
+		os.Remove(filepath.Join(dir, "gone.txt"))
+		write(t, dir, "keep.txt", "two")
+		write(t, dir, "new.txt", "b")
+	})
+
+	// An upload through the api, then the conversation comes back to a.
+	if _, err := s3.Write(ctx, cid, "up.bin", strings.NewReader("u"), 10, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := versions.FilesChanged(ctx, cid, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	a.run(t, cid, func(dir string) {
+		if got := tree(t, dir); got != "keep.txt=two new.txt=b out/deep/r.csv=1,2 up.bin=u" {
+			t.Errorf("a's copy back: %q", got)
+		}
+	})
+
+	// A warm run on a current copy does not list the store.
+	n := remote.n.Load()
+	a.run(t, cid, func(string) {})
+	if remote.n.Load() != n {
+		t.Error("a current copy listed the store")
+	}
+
+	// The folder removed (the executor's janitor): the copy is made again.
+	if err := a.folders.Remove(cid); err != nil {
+		t.Fatal(err)
+	}
+	a.copies.Forget(cid)
+	a.run(t, cid, func(dir string) {
+		if got := tree(t, dir); got != "keep.txt=two new.txt=b out/deep/r.csv=1,2 up.bin=u" {
+			t.Errorf("a's copy made again: %q", got)
+		}
+	})
+
+	// Closed: the store's files and version go; every copy empties.
+	if err := s3.Remove(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if err := versions.FilesRemoved(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, cid, func(dir string) {
+		if got := tree(t, dir); got != "" {
+			t.Errorf("b's copy after close: %q", got)
+		}
+	})
+}
+
+// A file the store has replaces whatever a run left at its name.
+func TestPullReplacesLocalChanges(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	a := newExecutor(t, s3, versions)
+	const cid = "conv"
+	a.run(t, cid, func(dir string) { write(t, dir, "f", "from a") })
+	// Written behind the copy's back (a push that never finished).
+	dir := a.folders.Path(cid)
+	write(t, dir, "f", "local edit")
+	write(t, dir, "stray", "x")
+	if _, err := s3.Write(ctx, cid, "g", strings.NewReader("g"), 10, false); err != nil {
+		t.Fatal(err)
+	}
+	versions.FilesChanged(ctx, cid, -1, time.Now())
+	if err := a.copies.Pull(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, dir); got != "f=from a g=g" {
+		t.Errorf("copy: %q", got)
+	}
+	r, _, err := s3.Open(ctx, cid, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, _ := io.ReadAll(r); string(b) != "from a" {
+		t.Errorf("store: %q", b)
+	}
+}
