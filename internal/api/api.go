@@ -41,12 +41,12 @@ type Check func(ctx context.Context) error
 
 // Options are what the HTTP server serves.
 type Options struct {
-	Tokens  *auth.Tokens
-	Runs    *runs.Service
-	Convs   *conversations.Service
-	MCP     *mcp.Server
-	Folders *files.Folders
-	Signer  *files.Signer
+	Tokens *auth.Tokens
+	Runs   *runs.Service
+	Convs  *conversations.Service
+	MCP    *mcp.Server
+	Files  runbox.FileStore
+	Signer *files.Signer
 	// Redis is the process's client, which the dashboard and the queue
 	// metrics read through; the caller closes it.
 	Redis redis.UniversalClient

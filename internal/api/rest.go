@@ -213,7 +213,7 @@ var activeTypes = []string{"text/html", "image/svg+xml", "application/xml", "tex
 
 // serveFile serves the file name of the conversation key.
 func (s *Server) serveFile(c echo.Context, key, name string) error {
-	f, info, err := s.opts.Folders.Open(key, name)
+	f, info, err := s.opts.Files.Open(c.Request().Context(), key, name)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (s *Server) serveFile(c echo.Context, key, name string) error {
 		}
 	}
 	h.Set("Content-Disposition", disposition+"; filename*=UTF-8''"+url.PathEscape(path.Base(name)))
-	http.ServeContent(c.Response(), c.Request(), "", info.ModTime(), f)
+	http.ServeContent(c.Response(), c.Request(), "", info.ModTime, f)
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/api"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
@@ -26,11 +27,13 @@ import (
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
+	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
 // maxStdin bounds the stdin a run may be given up front.
@@ -73,9 +76,30 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	defer hub.Close()
 	qc := queue.NewClient(rds.Client)
 	sched := queue.NewScheduler(st, qc, log)
-	folders, signer, err := Files(cfg)
+	signer, err := Signer(ctx, cfg, st)
 	if err != nil {
 		return err
+	}
+	// The api reads and writes conversations' files through the store: the
+	// host folder the executors share, or a remote store.
+	var fileStore runbox.FileStore
+	var janitor func(context.Context)
+	if cfg.FileStore != nil {
+		s3, err := OpenS3(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fileStore = workcopy.NewVersioned(s3, st)
+		if cfg.FileRetention > 0 {
+			janitor = conversations.NewExpiry(fileStore, st, cfg.FileRetention, clockwork.NewRealClock(), log).Sweep
+		}
+	} else {
+		folders, err := Folders(cfg)
+		if err != nil {
+			return err
+		}
+		fileStore = files.NewHostStore(folders)
+		janitor = conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep
 	}
 
 	registry := prometheus.NewRegistry()
@@ -108,10 +132,10 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds(),
 		MaxStdinBytes:     maxStdin,
 		MaxWaiting:        cfg.MaxQueuedPerConversation,
-		ClientStorage:     folders.ClientUsage,
+		ClientStorage:     fileStore.ClientUsage,
 	}, log)
 	svc.Metrics = clients.NewMetrics(registry)
-	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{
+	convs := conversations.NewService(fileStore, signer, svc, st, conversations.Limits{
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
 		MaxInlineImages:     cfg.MaxInlineImages,
@@ -129,9 +153,9 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	defer sealer.Stop()
 	mcpServer := mcp.New(ctx, svc, convs, log)
 	mcpServer.Audit = recorder
-	stopJanitor := periodic.Start(conversations.JanitorInterval,
-		conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep)
-	defer stopJanitor()
+	if janitor != nil {
+		defer periodic.Start(conversations.JanitorInterval, janitor)()
+	}
 
 	shutdownExecutor := func() {
 		if ex != nil {
@@ -156,7 +180,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		Runs:         svc,
 		Convs:        convs,
 		MCP:          mcpServer,
-		Folders:      folders,
+		Files:        fileStore,
 		Signer:       signer,
 		Redis:        rds.Client,
 		Ready:        ready,

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,12 +20,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
 // NewLogger returns the logger the configuration asks for, writing to w.
@@ -128,36 +132,53 @@ func OpenDocker(ctx context.Context) (*client.Client, error) {
 	return c, nil
 }
 
-// Files opens the conversation folders and the URL signer.
-func Files(cfg *config.Config) (*files.Folders, *files.Signer, error) {
-	folders, err := files.NewFolders(cfg.SandboxRoot, files.Options{
+// Folders opens the conversation folders on this host: the file store
+// itself, or the executor's working copies of a remote one.
+func Folders(cfg *config.Config) (*files.Folders, error) {
+	return files.NewFolders(cfg.SandboxRoot, files.Options{
 		UID: sandbox.UID, GID: sandbox.GID, Quota: cfg.QuotaBytes, Files: cfg.QuotaFiles,
 		Mode: files.QuotaMode(cfg.QuotaMode),
 	})
-	if err != nil {
-		return nil, nil, err
-	}
+}
+
+// Signer returns the signer of download links: FILE_SECRET, or else a
+// secret every process of the deployment shares and that survives a
+// restart — beside the conversations in SANDBOX_ROOT, or in Redis with a
+// remote file store (processes then share no folder).
+func Signer(ctx context.Context, cfg *config.Config, st *store.Store) (*files.Signer, error) {
 	secret := cfg.FileSecret
-	if len(secret) == 0 {
-		// Kept beside the conversations, so that every process sharing
-		// SANDBOX_ROOT signs alike and links survive a restart.
+	var err error
+	switch {
+	case len(secret) > 0:
+	case cfg.FileStore != nil:
+		secret, err = st.FileSecret(ctx, func() []byte { return []byte(rand.Text() + rand.Text()) })
+	default:
 		secret, err = files.LoadOrCreateSecret(filepath.Join(cfg.SandboxRoot, ".file-secret"))
-		if err != nil {
-			return nil, nil, err
-		}
 	}
-	return folders, files.NewSigner(secret, cfg.PublicBaseURL, cfg.FileURLTTL), nil
+	if err != nil {
+		return nil, err
+	}
+	return files.NewSigner(secret, cfg.PublicBaseURL, cfg.FileURLTTL), nil
+}
+
+// OpenS3 connects to the remote file store FILE_STORE names.
+func OpenS3(ctx context.Context, cfg *config.Config) (*s3store.Store, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s3store.Open(octx, cfg.FileStore, cfg.QuotaBytes)
 }
 
 // Executor is an executor and what it holds open.
 type Executor struct {
 	*executor.Executor
-	Sandboxes *sandbox.Manager
-	docker    *client.Client
+	Sandboxes   *sandbox.Manager
+	docker      *client.Client
+	stopJanitor func()
 }
 
 // Close releases the executor's connections. Shut it down first.
 func (e *Executor) Close() {
+	e.stopJanitor()
 	_ = e.docker.Close()
 }
 
@@ -169,10 +190,24 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 	if err != nil {
 		return nil, err
 	}
-	folders, signer, err := Files(cfg)
+	folders, err := Folders(cfg)
 	if err != nil {
 		docker.Close()
 		return nil, err
+	}
+	signer, err := Signer(ctx, cfg, st)
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
+	var copies *workcopy.Copies
+	if cfg.FileStore != nil {
+		s3, err := OpenS3(ctx, cfg)
+		if err != nil {
+			docker.Close()
+			return nil, err
+		}
+		copies = workcopy.New(s3, folders, st, sandbox.UID, sandbox.GID, log)
 	}
 	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
 	if err != nil {
@@ -221,10 +256,18 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Metrics:       metrics,
 		Pool:          pool,
 		OwnerTTL:      cfg.SessionTTL,
+		Copies:        copies,
 	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		docker.Close()
 		return nil, err
 	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker}, nil
+	stopJanitor := func() {}
+	if copies != nil {
+		// A working copy whose conversation went idle is removed here (the
+		// store keeps the files); its next run here fetches it again.
+		stopJanitor = periodic.Start(conversations.JanitorInterval,
+			conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL, log).Sweep)
+	}
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, stopJanitor: stopJanitor}, nil
 }

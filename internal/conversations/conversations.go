@@ -30,16 +30,16 @@ type Limits struct {
 
 // Service serves conversations' files.
 type Service struct {
-	folders *files.Folders
-	signer  *files.Signer
-	runs    *runs.Service
-	store   *store.Store
-	limits  Limits
+	files  runbox.FileStore
+	signer *files.Signer
+	runs   *runs.Service
+	store  *store.Store
+	limits Limits
 }
 
 // NewService returns a Service.
-func NewService(folders *files.Folders, signer *files.Signer, rs *runs.Service, st *store.Store, limits Limits) *Service {
-	return &Service{folders: folders, signer: signer, runs: rs, store: st, limits: limits}
+func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st *store.Store, limits Limits) *Service {
+	return &Service{files: fs, signer: signer, runs: rs, store: st, limits: limits}
 }
 
 // Limits returns the service's limits.
@@ -50,7 +50,7 @@ func (s *Service) Limits() Limits { return s.limits }
 // client reaches another's files.
 
 // info describes a file of the conversation key, with a fresh download URL.
-func (s *Service) info(key string, e files.Entry) runbox.FileInfo {
+func (s *Service) info(key string, e runbox.StoredFile) runbox.FileInfo {
 	return runbox.FileInfo{
 		Name:      e.Name,
 		Path:      "/data/" + e.Name,
@@ -78,7 +78,7 @@ func (s *Service) Upload(ctx context.Context, cid, name string, r io.Reader, ove
 	if err := s.runs.AdmitConversation(ctx, key); err != nil {
 		return Uploaded{}, err
 	}
-	e, err := s.folders.Write(key, name, r, s.limits.MaxUpload, overwrite)
+	e, err := s.files.Write(ctx, key, name, r, s.limits.MaxUpload, overwrite)
 	if err != nil {
 		return Uploaded{}, err
 	}
@@ -91,7 +91,7 @@ func (s *Service) List(ctx context.Context, cid string) ([]runbox.FileInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	entries, err := s.folders.List(key)
+	entries, err := s.files.List(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -142,18 +142,18 @@ func (s *Service) Read(ctx context.Context, cid, name string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	f, info, err := s.folders.Open(key, name)
+	f, info, err := s.files.Open(ctx, key, name)
 	if err != nil {
 		return File{}, err
 	}
 	defer f.Close()
-	fi := s.info(key, files.Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()})
-	if info.Size() > s.limits.MaxRead {
+	fi := s.info(key, info)
+	if info.Size > s.limits.MaxRead {
 		return File{}, &TooLargeError{
 			Err: runbox.Errorf(runbox.EArtifactTooLarge, "%s is %d bytes, more than the %d returned inline; download it from url",
-				name, info.Size(), s.limits.MaxRead),
+				name, info.Size, s.limits.MaxRead),
 			URL:  fi.URL,
-			Size: info.Size(),
+			Size: info.Size,
 		}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, s.limits.MaxRead+1))
@@ -217,7 +217,11 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 	if err != nil {
 		return err
 	}
-	if !s.folders.Exists(key) && !slices.ContainsFunc(list, func(r runbox.Run) bool { return !r.Status.Final() }) {
+	exists, err := s.files.Exists(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !exists && !slices.ContainsFunc(list, func(r runbox.Run) bool { return !r.Status.Final() }) {
 		return ErrClosed
 	}
 	// Newest first: the waiting runs go before the running head, which
@@ -235,5 +239,5 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 	if err := s.store.PublishClosed(ctx, key); err != nil {
 		return err
 	}
-	return s.folders.Remove(key)
+	return s.files.Remove(ctx, key)
 }

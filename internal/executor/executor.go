@@ -27,6 +27,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
 // Defaults of Config.
@@ -69,6 +70,10 @@ type Config struct {
 	// executor after its last one here: as long as its sandbox idles
 	// (sandbox.DefaultIdleTTL if 0).
 	OwnerTTL time.Duration
+	// Copies, when set, keep the conversations' folders here as working
+	// copies of a remote file store (FILE_STORE=s3://…): pulled before a
+	// run, what it changed pushed before its done.
+	Copies *workcopy.Copies
 }
 
 // Executor takes runs off the queue and runs them.
@@ -534,8 +539,9 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	// one without a sandbox here, its files moved into the sandbox's
 	// folder (walk mode).
 	adopted := false
+	existed := e.folders.Exists(spec.ConversationID)
 	switch cid := spec.ConversationID; {
-	case !e.folders.Exists(cid):
+	case !existed:
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
 	case !e.folders.HardQuota() && !e.sandboxes.HasWarm(cid, spec.Language):
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.MoveInto(slot, cid) })
@@ -550,6 +556,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	dir, err := e.folders.Ensure(spec.ConversationID)
 	if err != nil {
 		return fail(err, "could not prepare the conversation's files")
+	}
+	if c := e.cfg.Copies; c != nil {
+		if !existed {
+			c.Forget(spec.ConversationID) // its folder was removed here
+		}
+		if err := c.Pull(ctx, spec.ConversationID); err != nil {
+			return fail(err, "could not fetch the conversation's files from the file store")
+		}
 	}
 	before, err := e.folders.List(spec.ConversationID)
 	if err != nil {
@@ -584,7 +598,19 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
 	st.result.Output = st.result.Stdout + st.result.Stderr
 	st.result.DurationMS = oc.Duration.Milliseconds()
-	st.result.Files, st.result.Artifacts = e.fileInfos(spec.ConversationID, before, log)
+	after, err := e.folders.List(spec.ConversationID)
+	if err != nil {
+		return fail(err, "could not read the conversation's files")
+	}
+	st.result.Files = e.infos(spec.ConversationID, after)
+	st.result.Artifacts = e.infos(spec.ConversationID, files.Changed(before, after))
+	if c := e.cfg.Copies; c != nil {
+		// Before the run's done: a client that reads the files then, or
+		// a next run on another executor, finds them in the store.
+		if err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after); err != nil {
+			return fail(err, "could not save the conversation's files to the file store")
+		}
+	}
 	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
 		lost, err := e.store.KeptState(context.WithoutCancel(ctx), spec.ConversationID, oc.Kernel == agent.KernelNew, oc.StateLost)
 		if err != nil {
@@ -698,17 +724,6 @@ func (e *Executor) finish(runID, cid string, st runState, log *slog.Logger) erro
 		log.Warn("enqueue the conversation's next run", "next", a.Next, "err", err)
 	}
 	return nil
-}
-
-// fileInfos lists the conversation's files after a run, and those the run
-// wrote.
-func (e *Executor) fileInfos(cid string, before []files.Entry, log *slog.Logger) (all, changed []runbox.FileInfo) {
-	after, err := e.folders.List(cid)
-	if err != nil {
-		log.Warn("list files", "err", err)
-		return []runbox.FileInfo{}, []runbox.FileInfo{}
-	}
-	return e.infos(cid, after), e.infos(cid, files.Changed(before, after))
 }
 
 func (e *Executor) infos(cid string, entries []files.Entry) []runbox.FileInfo {

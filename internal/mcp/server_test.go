@@ -47,7 +47,7 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 		t.Fatal(err)
 	}
 	signer := files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour)
-	convs := conversations.NewService(folders, signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
+	convs := conversations.NewService(files.NewHostStore(folders), signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
 	srv := New(context.Background(), svc, convs, log)
 
 	f := &fixture{store: st}

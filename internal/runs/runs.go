@@ -28,7 +28,7 @@ type Limits struct {
 	MaxWaiting        int // runs waiting per conversation
 	// ClientStorage returns the bytes a client's conversations take, for
 	// tiers with storage_bytes; nil: not held.
-	ClientStorage func(client string) (int64, error)
+	ClientStorage func(ctx context.Context, client string) (int64, error)
 }
 
 // Bounds of a run's environment variables.

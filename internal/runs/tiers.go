@@ -79,7 +79,7 @@ func (s *Service) AdmitConversation(ctx context.Context, key string) error {
 			tier.NewConversationsPerHour)
 	}
 	if tier.StorageBytes > 0 && s.limits.ClientStorage != nil {
-		used, err := s.limits.ClientStorage(c)
+		used, err := s.limits.ClientStorage(ctx, c)
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 )
 
-
 // Store is a file store in one bucket.
 type Store struct {
 	mc     *minio.Client
