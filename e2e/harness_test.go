@@ -25,6 +25,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
@@ -68,6 +69,12 @@ type service struct {
 	env      []string
 	docker   *client.Client
 
+	// s3 is the remote file store, when the service uses one; each
+	// executor then has a SANDBOX_ROOT of its own under rootsDir, in roots.
+	s3       *config.S3
+	rootsDir string
+	roots    map[string]string // by executor id
+
 	mu        sync.Mutex
 	procs     []*proc
 	executors []string // ids
@@ -102,6 +109,9 @@ type options struct {
 	env       []string // extra settings for every process
 	executors int      // standalone executors to start (default 1)
 	embedded  bool     // no REDIS_URL: api embeds Redis and an executor
+	// s3 keeps files in a real S3 server (FILE_STORE): executors share
+	// only Redis and the store, and the link secret is the one in Redis.
+	s3 bool
 }
 
 func start(t *testing.T, o options) *service {
@@ -129,6 +139,14 @@ func start(t *testing.T, o options) *service {
 		id := "e2e-embedded-" + strings.ToLower(rand.Text()[:8])
 		s.env = append(s.env, "EXECUTOR_ID="+id)
 		s.executors = append(s.executors, id)
+	}
+	if o.s3 {
+		s.s3 = testenv.S3(t, "runbox-e2e")
+		s.roots = map[string]string{}
+		s.rootsDir = t.TempDir()
+		t.Cleanup(func() { testenv.UnmountUnder(t, s.rootsDir) })
+		s.env = append(s.env, "FILE_SECRET=", "FILE_STORE=s3://runbox-e2e/files", "AWS_ENDPOINT_URL="+s.s3.Endpoint,
+			"AWS_ACCESS_KEY_ID="+s.s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.s3.SecretKey, "AWS_REGION="+s.s3.Region)
 	}
 	s.env = append(s.env, o.env...)
 	t.Cleanup(func() { testenv.UnmountUnder(t, s.root) })
@@ -164,6 +182,14 @@ func (s *service) startExecutor(env ...string) (*proc, string) {
 	id := "e2e-" + strings.ToLower(rand.Text()[:10])
 	s.mu.Lock()
 	s.executors = append(s.executors, id)
+	if s.s3 != nil {
+		root, err := os.MkdirTemp(s.rootsDir, "executor-")
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.roots[id] = root
+		env = append(env, "SANDBOX_ROOT="+root)
+	}
 	s.mu.Unlock()
 	return s.spawn("executor "+id, bin.executor, append([]string{"EXECUTOR_ID=" + id}, env...)...), id
 }

@@ -56,7 +56,7 @@ type row struct {
 func run(binDir, outFile string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	svc, err := startService(binDir)
+	svc, err := startService(binDir, serviceOptions{executors: 1})
 	if err != nil {
 		return err
 	}
@@ -82,6 +82,7 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	l := bench.Summarize(lat)
+	warm := l
 	rows = append(rows, row{
 		measure:  "`run_code` `print(1)` over `/mcp`, sequential, warm",
 		result:   pair(l),
@@ -245,11 +246,11 @@ func run(binDir, outFile string, n int) error {
 	const limit = 64 << 20
 	rows = append(rows, row{
 		measure:  "resident memory during the throughput run",
-		result:   fmt.Sprintf("api %.1f MiB, executor %.1f MiB", float64(peak["api"])/(1<<20), float64(peak["executor"])/(1<<20)),
+		result:   fmt.Sprintf("api %.1f MiB, executor %.1f MiB", float64(peak["api"])/(1<<20), float64(peak["executor-0"])/(1<<20)),
 		baseline: "limit 64 MiB",
-		ratio:    fmt.Sprintf("%.2f×", float64(max(peak["api"], peak["executor"]))/limit),
+		ratio:    fmt.Sprintf("%.2f×", float64(max(peak["api"], peak["executor-0"]))/limit),
 		target:   "≤ 64 MiB each",
-		met:      peak["api"] <= limit && peak["executor"] <= limit,
+		met:      peak["api"] <= limit && peak["executor-0"] <= limit,
 	})
 
 	log.Print("idle: api + executor + redis-server, 20 s")
@@ -263,6 +264,13 @@ func run(binDir, outFile string, n int) error {
 		target:   "< 3 %",
 		met:      idle < 0.03,
 	})
+
+	svc.stop()
+	scaled, err := scaleOut(ctx, binDir, n, warm)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, scaled...)
 
 	table := render(rows)
 	fmt.Print(table)
@@ -328,15 +336,66 @@ func benchCSV() []byte {
 	return b.Bytes()
 }
 
+// scaleOut measures a deployment past one machine: two executors with
+// folders of their own, sharing Redis and an S3 store (versitygw).
+func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) ([]row, error) {
+	log.Print("two executors, files in S3 (versitygw)")
+	svc, err := startService(binDir, serviceOptions{executors: 2, s3: true})
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	client := bench.Client{URL: svc.url, Token: svc.token}
+	cs, err := client.Session(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	lat, _, err := bench.Sequential(ctx, cs, "bench-s3", "python", "print(1)", 5, n)
+	if err != nil {
+		return nil, err
+	}
+	l := bench.Summarize(lat)
+	log.Print("affinity: 4 conversations, 25 sequential runs each, two executors")
+	aff, err := bench.Affinity(ctx, cs, "bench-affinity", 4, 25)
+	if err != nil {
+		return nil, err
+	}
+	share := float64(aff.Hits) / float64(aff.Runs)
+	return []row{{
+		measure:  "`run_code` `print(1)` over `/mcp`, sequential, warm, files in S3, two executors",
+		result:   pair(l),
+		baseline: "host folder " + ms(hostWarm.Median),
+		ratio:    ratio(l.Median, hostWarm.Median),
+		target:   "≤ 40 ms",
+		met:      l.Median <= 40*time.Millisecond,
+	}, {
+		measure:  "affinity: sequential runs of a conversation in its previous run's sandbox, two executors (4 × 25 runs)",
+		result:   fmt.Sprintf("%.0f %% (%d of %d); at most %d sandbox(es) per conversation", 100*share, aff.Hits, aff.Runs, aff.MaxSandboxes),
+		baseline: "any executor: 50 %",
+		ratio:    fmt.Sprintf("%.2f×", share/0.5),
+		target:   "≥ 95 %, one sandbox each",
+		met:      share >= 0.95 && aff.MaxSandboxes == 1,
+	}}, nil
+}
+
 // service is the runbox under test.
 type service struct {
 	url, token string
 	root       string
 	procs      map[string]*exec.Cmd
 	logs       map[string]*bytes.Buffer
+	stopped    bool
 }
 
-func startService(binDir string) (*service, error) {
+type serviceOptions struct {
+	executors int
+	// s3 keeps the files in an S3 server (versitygw) started here, each
+	// executor with a SANDBOX_ROOT of its own.
+	s3 bool
+}
+
+func startService(binDir string, o serviceOptions) (*service, error) {
 	for _, b := range []string{"api", "executor"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s/%s is missing: run make build", binDir, b)
@@ -359,16 +418,47 @@ func startService(binDir string) (*service, error) {
 		"PUBLIC_BASE_URL="+s.url,
 		"MCP_API_TOKEN="+s.token,
 		"SANDBOX_ROOT="+root,
-		"EXECUTOR_ID=bench-"+strings.ToLower(rand.Text()[:8]),
 		"LOG_LEVEL=warn",
 	)
-	for _, name := range []string{"executor", "api"} {
-		cmd := exec.Command(filepath.Join(binDir, name))
-		cmd.Env = env
+	s3Addr := ""
+	if o.s3 {
+		s3Addr = fmt.Sprintf("127.0.0.1:%d", freePort())
+		gw := exec.Command(versitygw(), "--access", "bench", "--secret", "bench-secret-key", "--port",
+			s3Addr, "posix", filepath.Join(root, "s3"))
+		os.MkdirAll(filepath.Join(root, "s3"), 0o700)
+		if err := s.start("versitygw", gw); err != nil {
+			s.stop()
+			return nil, fmt.Errorf("start versitygw (make test-deps): %w", err)
+		}
+		env = append(env, "FILE_STORE=s3://runbox-bench", "AWS_ENDPOINT_URL=http://"+s3Addr,
+			"AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench-secret-key")
+	}
+	for i := 0; o.s3 && i < 100; i++ { // every process opens the bucket at start
+		if c, err := net.Dial("tcp", s3Addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range o.executors {
+		name := fmt.Sprintf("executor-%d", i)
+		cmd := exec.Command(filepath.Join(binDir, "executor"))
+		cmd.Env = append(env, "EXECUTOR_ID=bench-"+strings.ToLower(rand.Text()[:8]))
+		if o.s3 {
+			dir := filepath.Join(root, name)
+			os.MkdirAll(dir, 0o711)
+			cmd.Env = append(cmd.Env, "SANDBOX_ROOT="+dir)
+		}
 		if err := s.start(name, cmd); err != nil {
 			s.stop()
 			return nil, err
 		}
+	}
+	cmd := exec.Command(filepath.Join(binDir, "api"))
+	cmd.Env = env
+	if err := s.start("api", cmd); err != nil {
+		s.stop()
+		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -381,7 +471,11 @@ func startService(binDir string) (*service, error) {
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("the service did not become ready:\n%s", s.logs["executor"].String()+s.logs["api"].String())
+			var logs strings.Builder
+			for name, l := range s.logs {
+				fmt.Fprintf(&logs, "--- %s ---\n%s", name, l.String())
+			}
+			return nil, fmt.Errorf("the service did not become ready:\n%s", logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -398,7 +492,11 @@ func (s *service) start(name string, cmd *exec.Cmd) error {
 }
 
 func (s *service) stop() {
-	for _, name := range []string{"api", "executor", "redis"} {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	for _, name := range []string{"api", "executor-0", "executor-1", "redis", "versitygw"} {
 		if cmd := s.procs[name]; cmd != nil {
 			_ = cmd.Process.Signal(os.Interrupt)
 			done := make(chan struct{})
@@ -458,7 +556,7 @@ func (s *service) sampleRSS() func() map[string]int64 {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			for _, name := range []string{"api", "executor"} {
+			for _, name := range []string{"api", "executor-0"} {
 				if v := rss(s.procs[name].Process.Pid); v > 0 {
 					mu.Lock()
 					peak[name] = max(peak[name], v)
@@ -512,4 +610,13 @@ func freePort() int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// versitygw finds the S3 server make test-deps installs.
+func versitygw() string {
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p
+	}
+	gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+	return filepath.Join(strings.TrimSpace(string(gopath)), "bin", "versitygw")
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,4 +244,43 @@ func FirstOutput(ctx context.Context, c Client, cid string, n int) ([]time.Durat
 		}
 	}
 	return out, nil
+}
+
+// AffinityResult is how often a conversation's runs found the sandbox its
+// previous run ran in.
+type AffinityResult struct {
+	Runs, Hits int // runs after each conversation's first; those in the same sandbox
+	// MaxSandboxes is the most sandboxes one conversation ran in.
+	MaxSandboxes int
+}
+
+// Affinity runs perConv runs in each of convs conversations, in turn, one
+// at a time, each printing the hostname of its sandbox.
+func Affinity(ctx context.Context, cs *mcp.ClientSession, prefix string, convs, perConv int) (AffinityResult, error) {
+	var res AffinityResult
+	last := make([]string, convs)
+	seen := make([]map[string]bool, convs)
+	for i := range perConv {
+		for c := range convs {
+			r, err := RunCode(ctx, cs, map[string]any{"language": "python", "conversationId": fmt.Sprintf("%s-%d", prefix, c),
+				"code": "import socket\nprint(socket.gethostname())"}, nil)
+			if err != nil {
+				return res, err
+			}
+			host := strings.TrimSpace(r.Stdout)
+			if seen[c] == nil {
+				seen[c] = map[string]bool{}
+			}
+			seen[c][host] = true
+			res.MaxSandboxes = max(res.MaxSandboxes, len(seen[c]))
+			if i > 0 {
+				res.Runs++
+				if host == last[c] {
+					res.Hits++
+				}
+			}
+			last[c] = host
+		}
+	}
+	return res, nil
 }

@@ -65,7 +65,11 @@ func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
 		return nil, fmt.Errorf("file store: bucket %s at %s: %w", cfg.Bucket, endpoint, err)
 	}
 	if !exists {
-		if err := mc.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region}); err != nil {
+		err := mc.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region})
+		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
+			err = nil // another process made it meanwhile
+		}
+		if err != nil {
 			return nil, fmt.Errorf("file store: make bucket %s at %s: %w", cfg.Bucket, endpoint, err)
 		}
 	}
