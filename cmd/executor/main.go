@@ -13,12 +13,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runbox-dev/runbox/internal/app"
 	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/leader"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 func main() {
@@ -47,7 +50,12 @@ func run() error {
 	defer rds.Close()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ex, err := app.StartExecutor(ctx, cfg, rds.Client, registry, log)
+	elector := leader.NewElector(store.New(rds.Client), "executor-"+cfg.ExecutorID, clockwork.NewRealClock(), log)
+	if err := elector.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer elector.Stop()
+	ex, err := app.StartExecutor(ctx, cfg, rds.Client, elector, registry, log)
 	if err != nil {
 		return err
 	}

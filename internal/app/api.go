@@ -28,8 +28,9 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/leader"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/mcp"
-	"github.com/runbox-dev/runbox/internal/periodic"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -82,8 +83,14 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 	// The api reads and writes conversations' files through the store: the
 	// host folder the executors share, or a remote store.
+	clock := clockwork.NewRealClock()
+	elector := leader.NewElector(st, "api", clock, log)
+	if err := elector.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer elector.Stop()
 	var fileStore runbox.FileStore
-	var janitor func(context.Context)
+	var janitor lifecycle.Group // the maintenance of the files: by the leader
 	if cfg.FileStore != nil {
 		s3, err := OpenS3(ctx, cfg)
 		if err != nil {
@@ -91,7 +98,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		}
 		fileStore = workcopy.NewVersioned(s3, st)
 		if cfg.FileRetention > 0 {
-			janitor = conversations.NewExpiry(fileStore, st, cfg.FileRetention, clockwork.NewRealClock(), log).Sweep
+			janitor = append(janitor, conversations.NewExpiry(fileStore, st, cfg.FileRetention, clock, elector.Every, log))
 		}
 	} else {
 		folders, err := Folders(cfg)
@@ -99,7 +106,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 			return err
 		}
 		fileStore = files.NewHostStore(folders)
-		janitor = conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, log).Sweep
+		janitor = append(janitor, conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, elector.Every, log))
 	}
 
 	registry := prometheus.NewRegistry()
@@ -107,17 +114,20 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	var ex *Executor
 	if rds.Embedded() {
-		ex, err = StartExecutor(ctx, cfg, rds.Client, registry, log)
+		ex, err = StartExecutor(ctx, cfg, rds.Client, elector, registry, log)
 		if err != nil {
 			return err
 		}
 		defer ex.Close()
 		ready["docker"] = ex.Sandboxes.Ping
 	} else {
-		// Executors run their own watchdogs; this one ends lost runs even
-		// when none is left.
-		stop := periodic.Start(executor.WatchdogInterval, executor.NewWatchdog(st, sched, log).Check)
-		defer stop()
+		// The leader runs the watchdog; the api takes part, so that lost
+		// runs end even when no executor is left.
+		wd := executor.NewWatchdog(st, sched, elector.Every, log)
+		if err := wd.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		defer wd.Stop()
 		ready["executors"] = func(ctx context.Context) error {
 			infos, err := st.Executors(ctx)
 			if err == nil && len(infos) == 0 {
@@ -145,17 +155,18 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	if err != nil {
 		return err
 	}
-	recorder := audit.NewRecorder(st, clockwork.NewRealClock(), log)
-	sealer := audit.NewSealer(st, chain, cfg.AuditRetention, clockwork.NewRealClock(), log)
+	recorder := audit.NewRecorder(st, clock, log)
+	sealer := audit.NewSealer(st, chain, cfg.AuditRetention, clock, log)
 	if err := sealer.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	defer sealer.Stop()
 	mcpServer := mcp.New(ctx, svc, convs, log)
 	mcpServer.Audit = recorder
-	if janitor != nil {
-		defer periodic.Start(conversations.JanitorInterval, janitor)()
+	if err := janitor.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
 	}
+	defer janitor.Stop()
 
 	shutdownExecutor := func() {
 		if ex != nil {

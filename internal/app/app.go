@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/jonboulle/clockwork"
 	"github.com/moby/moby/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -23,7 +24,8 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
-	"github.com/runbox-dev/runbox/internal/periodic"
+	"github.com/runbox-dev/runbox/internal/leader"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
@@ -85,7 +87,10 @@ func OpenRedis(ctx context.Context, cfg *config.Config) (*Redis, error) {
 		}
 		r.embedded, r.URL = mr, "redis://"+mr.Addr()+"/0"
 		// miniredis's TTLs do not count down by themselves.
-		r.stopTick = periodic.Start(time.Second, func(context.Context) { mr.FastForward(time.Second) })
+		tick := &lifecycle.Base{}
+		_ = tick.Run(context.Background(), lifecycle.Every(clockwork.NewRealClock(), time.Second,
+			func(context.Context) { mr.FastForward(time.Second) }))
+		r.stopTick = tick.Stop
 	}
 	// asynq's parser, so that runbox and asynq read REDIS_URL alike:
 	// redis://, rediss:// and redis-sentinel://[:pw@]h1:p1,h2:p2?master=m.
@@ -171,20 +176,22 @@ func OpenS3(ctx context.Context, cfg *config.Config) (*s3store.Store, error) {
 // Executor is an executor and what it holds open.
 type Executor struct {
 	*executor.Executor
-	Sandboxes   *sandbox.Manager
-	docker      *client.Client
-	stopJanitor func()
+	Sandboxes *sandbox.Manager
+	docker    *client.Client
+	janitor   lifecycle.Group // of the working copies, with a remote file store
 }
 
 // Close releases the executor's connections. Shut it down first.
 func (e *Executor) Close() {
-	e.stopJanitor()
+	e.janitor.Stop()
 	_ = e.docker.Close()
 }
 
 // StartExecutor connects to Docker and starts an executor on rdb, the
-// process's one Redis client (the store's, asynq's and the queue's).
-func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
+// process's one Redis client (the store's, asynq's and the queue's). The
+// deployment's maintenance runs while elector, the process's, leads.
+func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, elector *leader.Elector,
+	metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
 	st := store.New(rdb)
 	docker, err := OpenDocker(ctx)
 	if err != nil {
@@ -257,17 +264,24 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Pool:          pool,
 		OwnerTTL:      cfg.SessionTTL,
 		Copies:        copies,
+		Schedule:      elector.Every,
 	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		docker.Close()
 		return nil, err
 	}
-	stopJanitor := func() {}
+	var janitor lifecycle.Group
 	if copies != nil {
 		// A working copy whose conversation went idle is removed here (the
-		// store keeps the files); its next run here fetches it again.
-		stopJanitor = periodic.Start(conversations.JanitorInterval,
-			conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL, log).Sweep)
+		// store keeps the files); its next run here fetches it again. Every
+		// executor sweeps its own.
+		janitor = append(janitor, conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
+			lifecycle.Periodic(clockwork.NewRealClock()), log))
 	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, stopJanitor: stopJanitor}, nil
+	if err := janitor.Start(context.WithoutCancel(ctx)); err != nil {
+		ex.Shutdown(ctx)
+		docker.Close()
+		return nil, err
+	}
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, janitor: janitor}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -16,6 +17,8 @@ import (
 // every run marks a use (store.FilesChanged, store.FilesUsed); a
 // conversation with a run queued or running is never touched.
 type Expiry struct {
+	lifecycle.Base
+	schedule  lifecycle.Schedule
 	files     runbox.FileStore
 	store     *store.Store
 	retention time.Duration
@@ -28,8 +31,13 @@ const expiryBatch = 100
 
 // NewExpiry returns an Expiry; fs is the store as the api changes it
 // (workcopy.Versioned), so that a removal also drops the version.
-func NewExpiry(fs runbox.FileStore, st *store.Store, retention time.Duration, clock clockwork.Clock, log *slog.Logger) *Expiry {
-	return &Expiry{files: fs, store: st, retention: retention, clock: clock, log: log.With("component", "expiry")}
+func NewExpiry(fs runbox.FileStore, st *store.Store, retention time.Duration, clock clockwork.Clock, schedule lifecycle.Schedule, log *slog.Logger) *Expiry {
+	return &Expiry{files: fs, store: st, retention: retention, clock: clock, schedule: schedule, log: log.With("component", "expiry")}
+}
+
+// Start sweeps every JanitorInterval until Stop.
+func (x *Expiry) Start(ctx context.Context) error {
+	return x.Base.Run(ctx, x.schedule(JanitorInterval, x.Sweep))
 }
 
 // Sweep removes what is past its retention.

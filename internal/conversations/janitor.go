@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -17,6 +18,8 @@ const JanitorInterval = time.Minute
 // are unmounted; after retention, if set, their files are deleted. A
 // conversation with a run queued or running is never touched.
 type Janitor struct {
+	lifecycle.Base
+	schedule  lifecycle.Schedule
 	folders   *files.Folders
 	store     *store.Store
 	idle      time.Duration
@@ -24,9 +27,15 @@ type Janitor struct {
 	log       *slog.Logger
 }
 
-// NewJanitor returns a Janitor.
-func NewJanitor(folders *files.Folders, st *store.Store, sessionTTL, retention time.Duration, log *slog.Logger) *Janitor {
-	return &Janitor{folders: folders, store: st, idle: 2 * sessionTTL, retention: retention, log: log.With("component", "janitor")}
+// NewJanitor returns a Janitor that sweeps on schedule.
+func NewJanitor(folders *files.Folders, st *store.Store, sessionTTL, retention time.Duration, schedule lifecycle.Schedule, log *slog.Logger) *Janitor {
+	return &Janitor{folders: folders, store: st, idle: 2 * sessionTTL, retention: retention, schedule: schedule,
+		log: log.With("component", "janitor")}
+}
+
+// Start sweeps every JanitorInterval until Stop.
+func (j *Janitor) Start(ctx context.Context) error {
+	return j.Base.Run(ctx, j.schedule(JanitorInterval, j.Sweep))
 }
 
 // Sweep looks at every conversation once.

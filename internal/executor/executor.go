@@ -23,7 +23,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/files"
-	"github.com/runbox-dev/runbox/internal/periodic"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -35,12 +35,6 @@ const (
 	DefaultLease             = 8 * time.Second
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
-	reapInterval             = time.Minute
-	// deadReapInterval is how often an executor looks for the sandboxes
-	// of a dead peer; with the heartbeat TTL it bounds how long they
-	// outlive it (~25 s).
-	deadReapInterval = 15 * time.Second
-	pruneInterval    = 30 * time.Second
 )
 
 // Causes of a run's cancellation.
@@ -66,6 +60,12 @@ type Config struct {
 	// Pool is how many sandboxes of each language wait, started, for new
 	// conversations.
 	Pool sandbox.WarmLimits
+	// Clock drives the background parts (a fake one in tests).
+	Clock clockwork.Clock
+	// Schedule runs the deployment's maintenance (the watchdog): while
+	// this process leads (leader.Elector.Every); every process's own on
+	// Clock if nil.
+	Schedule lifecycle.Schedule
 	// OwnerTTL is how long a conversation's next runs come to this
 	// executor after its last one here: as long as its sandbox idles
 	// (sandbox.DefaultIdleTTL if 0).
@@ -103,10 +103,12 @@ type Executor struct {
 	active map[string]context.CancelCauseFunc // by run id
 	ended  map[string]chan struct{}           // closed when the active run of that id ends
 
-	stopWake func() // stops taking announced runs and waits
+	// announced takes the runs announced as they are enqueued (wake.go);
+	// runs holds the goroutines of those it took.
+	announced announcements
+	runs      sync.WaitGroup
 
-	stopBackground context.CancelFunc
-	background     sync.WaitGroup
+	background lifecycle.Group // heartbeat, janitor, watchdog, pool, listeners
 }
 
 // New returns an Executor. Start starts it.
@@ -124,14 +126,22 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	if cfg.OwnerTTL == 0 {
 		cfg.OwnerTTL = sandbox.DefaultIdleTTL
 	}
-	return &Executor{
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Schedule == nil {
+		cfg.Schedule = lifecycle.Periodic(cfg.Clock)
+	}
+	e := &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
 		log: log.With("executor", cfg.ID), redis: rdb, active: map[string]context.CancelCauseFunc{},
 		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
-		demand:   newDemand(clockwork.NewRealClock()),
+		demand:   newDemand(cfg.Clock),
 	}
+	e.announced.e = e
+	return e
 }
 
 // Start discovers the runner images, removes containers an earlier process
@@ -155,7 +165,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.log.Warn("remove the slots of an earlier process", "err", err)
 	}
 	e.started = time.Now()
-	if err := e.heartbeat(ctx); err != nil {
+	if err := e.register(ctx); err != nil {
 		return err
 	}
 
@@ -177,93 +187,28 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopBackground = stop
-	e.every(bg, e.cfg.HeartbeatInterval, e.renew)
-	e.every(bg, pruneInterval, func(context.Context) {
-		if n := e.sandboxes.Prune(); n > 0 {
-			e.log.Info("removed idle sandboxes", "count", n)
-		}
-	})
-	e.every(bg, reapInterval, func(ctx context.Context) {
-		if n, err := e.sandboxes.Reap(ctx, reapInterval); err != nil {
-			e.log.Warn("reap sandboxes", "err", err)
-		} else if n > 0 {
-			e.log.Warn("removed dangling sandboxes", "count", n)
-		}
-	})
-	e.every(bg, deadReapInterval, e.reapDead)
-	wd := NewWatchdog(e.store, e.sched, e.log)
-	e.every(bg, WatchdogInterval, wd.Check)
-	e.background.Go(func() { e.fillPool(bg) })
-	e.stopWake = e.takeAnnounced(bg)
-	e.background.Go(func() { e.listenForCancels(bg) })
-	e.background.Go(func() { e.listenForClosed(bg) })
+	// The background parts outlive the start's context: Shutdown stops
+	// them, in reverse order.
+	e.background = lifecycle.Group{
+		&heartbeat{e: e},
+		&sandboxJanitor{e: e},
+		NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log),
+		&poolFiller{e: e},
+		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
+			handle: func(id string) { e.cancel(id, errUserCancel) }, log: e.log},
+		&subscriber{name: "closed conversations", subscribe: e.store.SubscribeClosed, handle: e.dropClosed, log: e.log},
+	}
+	if err := e.background.Start(context.WithoutCancel(ctx)); err != nil {
+		e.srv.Shutdown()
+		return err
+	}
+	if err := e.announced.Start(context.WithoutCancel(ctx)); err != nil {
+		e.srv.Shutdown()
+		e.background.Stop()
+		return err
+	}
 	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
 	return nil
-}
-
-// every runs f every d until ctx ends.
-func (e *Executor) every(ctx context.Context, d time.Duration, f func(context.Context)) {
-	e.background.Go(func() { periodic.Run(ctx, d, f) })
-}
-
-func (e *Executor) heartbeat(ctx context.Context) error {
-	return e.store.Heartbeat(ctx, store.ExecutorInfo{
-		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
-	}, 5*e.cfg.HeartbeatInterval)
-}
-
-// reapDead removes the sandboxes of this deployment's executors whose
-// heartbeat lapsed. A container younger than a heartbeat TTL is left
-// alone: its executor may not have registered yet.
-func (e *Executor) reapDead(ctx context.Context) {
-	infos, err := e.store.Executors(ctx)
-	if err != nil {
-		e.log.Warn("reap the sandboxes of dead executors", "err", err)
-		return
-	}
-	alive := make(map[string]bool, len(infos))
-	for _, info := range infos {
-		alive[info.ID] = true
-	}
-	n, err := e.sandboxes.ReapDead(ctx, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
-	if err != nil {
-		e.log.Warn("reap the sandboxes of dead executors", "err", err)
-	} else if n > 0 {
-		e.log.Info("removed the sandboxes of dead executors", "count", n)
-	}
-}
-
-// renew keeps this executor registered and its runs' leases current, and
-// stops runs whose lease someone else ended.
-func (e *Executor) renew(ctx context.Context) {
-	if err := e.heartbeat(ctx); err != nil {
-		e.log.Warn("heartbeat", "err", err)
-	}
-	e.mu.Lock()
-	ids := make([]string, 0, len(e.active))
-	for id := range e.active {
-		ids = append(ids, id)
-	}
-	e.mu.Unlock()
-	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, ids...)
-	if err != nil {
-		e.log.Warn("renew leases", "err", err)
-		return
-	}
-	for _, id := range lost {
-		e.cancel(id, ErrLeaseLost)
-	}
-	// Cancellations normally arrive by pub/sub at once; this catches one
-	// published while the subscription was reconnecting.
-	cancelled, err := e.store.CancelRequested(ctx, ids...)
-	if err != nil {
-		e.log.Warn("read cancellations", "err", err)
-	}
-	for _, id := range cancelled {
-		e.cancel(id, errUserCancel)
-	}
 }
 
 // slotPrefix names this executor's slots; '~' is in no executor id.
@@ -278,69 +223,10 @@ func NewSlotName(executor string) string {
 	return SlotPrefix(executor) + strings.ToLower(rand.Text()[:10])
 }
 
-// MaxPool bounds the sandboxes of one language that wait in the pool,
-// started or recycled, for new conversations: enough for a burst without a
-// container start, few enough that idle ones cost little memory.
-const MaxPool = 16
-
-// fillPool keeps sandboxes of each language started, waiting for new
-// conversations — as many as demand says: the configured Pool, more while
-// new conversations come faster — at start, after each adoption, and
-// every few seconds (a failed start is tried again).
-func (e *Executor) fillPool(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		for _, r := range e.runners {
-			for e.sandboxes.Pooled(r.Language) < e.demand.target(r.Language, e.cfg.Pool.For(r.Language), MaxPool) && ctx.Err() == nil {
-				if err := e.prestart(ctx, r.Language); err != nil {
-					e.log.Warn("start a sandbox for the pool", "language", r.Language, "err", err)
-					break
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.poolWake:
-		case <-t.C:
-		}
-	}
-}
-
-func (e *Executor) prestart(ctx context.Context, language string) error {
-	slot, err := e.folders.NewSlot(NewSlotName(e.cfg.ID))
-	if err != nil {
-		return err
-	}
-	if err := e.sandboxes.Prestart(ctx, language, slot); err != nil {
-		if rerr := e.folders.RemoveSlot(slot); rerr != nil {
-			e.log.Warn("remove slot", "err", rerr)
-		}
-		return err
-	}
-	return nil
-}
-
-// listenForCancels stops runs whose cancellation a client asked for.
-func (e *Executor) listenForCancels(ctx context.Context) {
-	listen(ctx, e.store.SubscribeCancels(ctx), func(id string) { e.cancel(id, errUserCancel) })
-}
-
-// listen hands each message of a subscription to f until ctx ends.
-func listen(ctx context.Context, sub *redis.PubSub, f func(payload string)) {
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case msg, ok := <-ch:
-			if !ok {
-				return
-			}
-			f(msg.Payload)
-		}
+// dropClosed removes the warm sandboxes of a conversation a client closed.
+func (e *Executor) dropClosed(cid string) {
+	if n := e.sandboxes.Drop(cid); n > 0 {
+		e.log.Info("removed the sandboxes of a closed conversation", "conversation", cid, "count", n)
 	}
 }
 
@@ -353,16 +239,6 @@ func (e *Executor) cancel(id string, cause error) {
 	}
 }
 
-// listenForClosed drops the warm sandboxes of conversations a client
-// closed.
-func (e *Executor) listenForClosed(ctx context.Context) {
-	listen(ctx, e.store.SubscribeClosed(ctx), func(cid string) {
-		if n := e.sandboxes.Drop(cid); n > 0 {
-			e.log.Info("removed the sandboxes of a closed conversation", "conversation", cid, "count", n)
-		}
-	})
-}
-
 // Shutdown stops taking runs, lets running ones finish for the grace
 // period, then kills the rest and ends them as errors, so that none is left
 // running and none runs again. It returns when every sandbox is removed.
@@ -370,7 +246,7 @@ func (e *Executor) Shutdown(ctx context.Context) {
 	if e.srv == nil {
 		return
 	}
-	e.stopWake()
+	e.announced.Stop()
 	e.srv.Stop()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)
 	defer grace.Stop()
@@ -399,8 +275,8 @@ wait:
 	}
 	e.srv.Shutdown()
 	e.removeQueue()
-	e.stopBackground()
-	e.background.Wait()
+	e.runs.Wait()
+	e.background.Stop()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := e.store.Unregister(cctx, e.cfg.ID); err != nil {
@@ -684,13 +560,13 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	slack := max(64<<10, e.folders.Quota()/1000)
 	go func() {
 		defer close(done)
-		periodic.Run(ctx, quotaCheckInterval, func(context.Context) {
+		lifecycle.Every(e.cfg.Clock, quotaCheckInterval, func(context.Context) {
 			used, free, err := e.folders.Usage(cid)
 			if err == nil && used > start && (free <= slack || used > e.folders.Quota()) {
 				cancel(errQuota)
 				stopCtx()
 			}
-		})
+		})(ctx)
 	}()
 	return func() { stopCtx(); <-done }
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
@@ -20,20 +21,27 @@ const lostMessage = "the executor running this program stopped unexpectedly; the
 // Watchdog ends runs whose executor stopped renewing their lease (it was
 // killed, or lost its connection): their clients get an error and done
 // instead of waiting for ever, and the run is never started again. Every
-// executor runs one, and so does api; ending a run is atomic, so several
-// watchdogs do not conflict.
+// executor and api has one; the deployment's leader runs it (ending a run
+// is atomic, so two that overlap at a change of leader do not conflict).
 //
 // It also sweeps the conversations (queue.Scheduler.Sweep), so that one
 // whose head ended without its successor being enqueued moves on.
 type Watchdog struct {
-	store *store.Store
-	sched *queue.Scheduler
-	log   *slog.Logger
+	lifecycle.Base
+	store    *store.Store
+	sched    *queue.Scheduler
+	schedule lifecycle.Schedule
+	log      *slog.Logger
 }
 
-// NewWatchdog returns a watchdog over st.
-func NewWatchdog(st *store.Store, sched *queue.Scheduler, log *slog.Logger) *Watchdog {
-	return &Watchdog{store: st, sched: sched, log: log.With("component", "watchdog")}
+// NewWatchdog returns a watchdog over st that checks on schedule.
+func NewWatchdog(st *store.Store, sched *queue.Scheduler, schedule lifecycle.Schedule, log *slog.Logger) *Watchdog {
+	return &Watchdog{store: st, sched: sched, schedule: schedule, log: log.With("component", "watchdog")}
+}
+
+// Start checks every WatchdogInterval until Stop.
+func (w *Watchdog) Start(ctx context.Context) error {
+	return w.Base.Run(ctx, w.schedule(WatchdogInterval, w.Check))
 }
 
 // Check ends the runs whose lease has expired, and sweeps the

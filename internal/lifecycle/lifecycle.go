@@ -120,3 +120,13 @@ func (g Group) Stop() {
 		g[i].Stop()
 	}
 }
+
+// Schedule turns a chore into a loop that calls it every d: Periodic on a
+// clock, or only while the process leads its deployment
+// (leader.Elector.Every).
+type Schedule func(d time.Duration, f func(context.Context)) func(context.Context)
+
+// Periodic is the Schedule of Every on clock.
+func Periodic(clock clockwork.Clock) Schedule {
+	return func(d time.Duration, f func(context.Context)) func(context.Context) { return Every(clock, d, f) }
+}

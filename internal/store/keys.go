@@ -53,4 +53,5 @@ const (
 	filesClockKey = prefix + "files:clock"
 	filesUsedKey  = prefix + "files:used"
 	fileSecretKey = prefix + "file-secret"
+	leaderKey     = prefix + "leader" // the process that does the maintenance (leader.go)
 )

@@ -1,0 +1,56 @@
+package executor
+
+import (
+	"context"
+
+	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// heartbeat keeps the executor registered and its runs' leases current
+// every HeartbeatInterval, and stops runs whose lease someone else ended.
+type heartbeat struct {
+	lifecycle.Base
+	e *Executor
+}
+
+func (h *heartbeat) Start(ctx context.Context) error {
+	return h.Base.Run(ctx, lifecycle.Every(h.e.cfg.Clock, h.e.cfg.HeartbeatInterval, h.e.renew))
+}
+
+// register records the executor in Redis for five heartbeats.
+func (e *Executor) register(ctx context.Context) error {
+	return e.store.Heartbeat(ctx, store.ExecutorInfo{
+		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
+	}, 5*e.cfg.HeartbeatInterval)
+}
+
+// renew is one heartbeat.
+func (e *Executor) renew(ctx context.Context) {
+	if err := e.register(ctx); err != nil {
+		e.log.Warn("heartbeat", "err", err)
+	}
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.active))
+	for id := range e.active {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, ids...)
+	if err != nil {
+		e.log.Warn("renew leases", "err", err)
+		return
+	}
+	for _, id := range lost {
+		e.cancel(id, ErrLeaseLost)
+	}
+	// Cancellations normally arrive by pub/sub at once; this catches one
+	// published while the subscription was reconnecting.
+	cancelled, err := e.store.CancelRequested(ctx, ids...)
+	if err != nil {
+		e.log.Warn("read cancellations", "err", err)
+	}
+	for _, id := range cancelled {
+		e.cancel(id, errUserCancel)
+	}
+}
