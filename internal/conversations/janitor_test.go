@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
