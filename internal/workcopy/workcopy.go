@@ -221,6 +221,11 @@ func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.St
 	if len(changed) == 0 && len(removed) == 0 {
 		return c.versions.FilesUsed(ctx, cid, time.Now())
 	}
+	// Until the push is recorded the copy is ahead of the store: if it
+	// fails, the next run lists the store again (and the copy loses what
+	// the store did not get, as the failed run's result said).
+	seen := m.version
+	m.version = -1
 	root, err := os.OpenRoot(c.folders.Path(cid))
 	if err != nil {
 		return fmt.Errorf("open working copy: %w", err)
@@ -244,12 +249,11 @@ func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.St
 	for _, n := range removed {
 		delete(m.files, n)
 	}
-	v, current, err := c.versions.FilesChanged(ctx, cid, m.version, time.Now())
+	v, current, err := c.versions.FilesChanged(ctx, cid, seen, time.Now())
 	if err != nil {
 		return err
 	}
-	m.version = -1 // another change came between: the next run lists the store
-	if current {
+	if current { // else another change came between: the next run lists the store
 		m.version = v
 	}
 	return nil

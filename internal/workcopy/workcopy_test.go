@@ -2,6 +2,7 @@ package workcopy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -200,4 +201,47 @@ func TestPullReplacesLocalChanges(t *testing.T) {
 	if b, _ := io.ReadAll(r); string(b) != "from a" {
 		t.Errorf("store: %q", b)
 	}
+}
+
+// flaky fails its puts while down, as a store that cannot be reached.
+type flaky struct {
+	*s3store.Store
+	down bool
+}
+
+func (f *flaky) Put(ctx context.Context, conv, name string, r io.Reader, size int64) (runbox.StoredFile, error) {
+	if f.down {
+		return runbox.StoredFile{}, errors.New("the store cannot be reached")
+	}
+	return f.Store.Put(ctx, conv, name, r, size)
+}
+
+// A push that fails leaves the copy ahead of the store: the next run
+// lists the store again, and the copy matches it.
+func TestFailedPush(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := &flaky{Store: s3}
+	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	a := newExecutor(t, remote, versions)
+	const cid = "conv"
+	a.run(t, cid, func(dir string) { write(t, dir, "kept", "1") })
+
+	dir := a.folders.Path(cid)
+	before, _ := a.folders.List(cid)
+	write(t, dir, "unsaved", "2")
+	after, _ := a.folders.List(cid)
+	remote.down = true
+	if err := a.copies.Push(ctx, cid, before, after); err == nil {
+		t.Fatal("push to a store that cannot be reached succeeded")
+	}
+	remote.down = false
+	a.run(t, cid, func(dir string) {
+		if got := tree(t, dir); got != "kept=1" {
+			t.Errorf("copy after a failed push: %q", got)
+		}
+	})
 }
