@@ -141,3 +141,31 @@ func TestOpenRefusesBadEndpoint(t *testing.T) {
 		t.Errorf("wrong secret: %v", err)
 	}
 }
+
+// Names a run may write, as keys: spaces, non-ASCII letters, characters
+// URLs and S3 treat specially.
+func TestNames(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	want := []string{"a b.txt", "dir/ünïcødé.csv", "q?x#y%20z&.md", "plus+sign", "deep/er/still/f"}
+	for _, n := range want {
+		if _, err := s.Put(ctx, "c", n, strings.NewReader(n), int64(len(n))); err != nil {
+			t.Fatalf("put %q: %v", n, err)
+		}
+	}
+	list, err := s.List(ctx, "c")
+	if err != nil || len(list) != len(want) {
+		t.Fatalf("list %q, %v", names(list), err)
+	}
+	for _, n := range want {
+		r, _, err := s.Open(ctx, "c", n)
+		if err != nil {
+			t.Fatalf("open %q: %v", n, err)
+		}
+		b, _ := io.ReadAll(r)
+		r.Close()
+		if string(b) != n {
+			t.Errorf("%q holds %q", n, b)
+		}
+	}
+}
