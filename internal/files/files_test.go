@@ -594,3 +594,65 @@ func TestMoveInto(t *testing.T) {
 		t.Errorf("the slot is left: %v", err)
 	}
 }
+
+// gate is a reader that yields nothing until opened, then EOF.
+type gate chan struct{}
+
+func (g gate) Read([]byte) (int, error) { <-g; return 0, io.EOF }
+
+// TestRecycleWaitsForUploads: an upload under way holds the conversation,
+// so its file lands in the conversation's folder, never in the folder
+// that goes to another conversation.
+func TestRecycleWaitsForUploads(t *testing.T) {
+	f, dir := newFolders(t)
+	held, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldInfo, _ := held.Stat()
+	mounted := func(d string) bool {
+		fi, err := os.Stat(d)
+		return err == nil && os.SameFile(fi, heldInfo)
+	}
+	idle := time.Now().Add(time.Hour)
+	g := make(gate)
+	uploaded := make(chan error, 1)
+	go func() {
+		_, err := f.Write("conv1", "late.txt", g, 100, false)
+		uploaded <- err
+	}()
+	// The upload takes the lock first (it is waiting on its body).
+	for {
+		entries, _ := os.ReadDir(dir)
+		if len(entries) > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	recycled := make(chan error, 1)
+	var slot string
+	go func() {
+		var err error
+		slot, err = f.Recycle("conv1", "ex-r2", mounted, idle)
+		recycled <- err
+	}()
+	select {
+	case err := <-recycled:
+		t.Fatalf("the folder changed hands during an upload (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(g)
+	if err := <-uploaded; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-recycled; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(f.Path("conv1"), "late.txt")); err != nil {
+		t.Errorf("the upload is not the conversation's: %v", err)
+	}
+	if names, _ := os.ReadDir(slot); len(names) != 0 {
+		t.Errorf("the recycled folder holds %v", names)
+	}
+}

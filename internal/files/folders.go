@@ -112,6 +112,11 @@ func (f *Folders) Ensure(cid string) (string, error) {
 		return "", err
 	}
 	defer unlock()
+	return f.ensureLocked(cid)
+}
+
+// ensureLocked is Ensure for a caller that holds the conversation's lock.
+func (f *Folders) ensureLocked(cid string) (string, error) {
 	dir := f.Path(cid)
 	if err := f.space.prepare(f.convDir(cid), dir); err != nil {
 		return "", err

@@ -27,11 +27,20 @@ func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) 
 // Write stores what r yields (at most limit bytes) as a conversation's
 // file. The file appears whole or not at all; without overwrite an
 // existing name is an error, even if it appeared meanwhile.
+//
+// It holds the conversation's lock throughout: a sandbox's folder handed
+// to another conversation (Recycle) is taken away under the same lock, so
+// an upload never lands in a folder that has changed hands.
 func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bool) (Entry, error) {
 	if !ValidFileName(name) {
 		return Entry{}, ErrFileName
 	}
-	dir, err := f.Ensure(cid)
+	unlock, err := f.lockValid(cid)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer unlock()
+	dir, err := f.ensureLocked(cid)
 	if err != nil {
 		return Entry{}, err
 	}
