@@ -9,10 +9,17 @@ import (
 // reset and serves a new conversation — and nothing of the first reaches
 // the second: no file in /data, /tmp or /dev/shm, no process, no kept
 // interpreter state. A sandbox that cannot be shown clean (a System V IPC
-// object left) is removed instead.
+// object left) is removed instead. In walk mode the folder's entries move
+// to the conversation; in loop mode (a disk image per conversation) they
+// are copied to a new image.
 func TestRecycledSandbox(t *testing.T) {
-	// Walk mode: a loop image is its conversation's and never recycled.
-	s := start(t, options{env: []string{"SANDBOX_MAX_WARM=1", "SANDBOX_POOL=0", "SANDBOX_QUOTA_MODE=walk"}})
+	for _, mode := range []string{"walk", "loop"} {
+		t.Run(mode, func(t *testing.T) { testRecycledSandbox(t, mode) })
+	}
+}
+
+func testRecycledSandbox(t *testing.T, mode string) {
+	s := start(t, options{env: []string{"SANDBOX_MAX_WARM=1", "SANDBOX_POOL=0", "SANDBOX_QUOTA_MODE=" + mode}})
 	cs := s.session(nil)
 	py := func(cid, code string, keep bool) result {
 		t.Helper()

@@ -232,13 +232,10 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		return nil, err
 	}
 	// Idle sandboxes evicted from their conversations are reset and join
-	// the pool for new ones, rather than being removed, where folders can
-	// be handed over (walk mode: loop images are their conversation's).
-	var recycle func(string, func(string) bool, time.Time) (string, error)
-	if !folders.HardQuota() {
-		recycle = func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
-			return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
-		}
+	// the pool for new ones, rather than being removed, when their folder
+	// can be handed over (files.Folders.Recycle).
+	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
+		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
 	}
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,

@@ -124,15 +124,21 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	}
 
 	// A new conversation takes a sandbox that is started already; so does
-	// one without a sandbox here, its files moved into the sandbox's
-	// folder (walk mode).
+	// one without a sandbox here, its files moved (walk mode) or copied
+	// (loop mode) into the sandbox's folder.
 	adopted := false
 	existed := e.folders.Exists(spec.ConversationID)
 	switch cid := spec.ConversationID; {
 	case !existed:
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
-	case !e.folders.HardQuota() && !e.sandboxes.HasWarm(cid, spec.Language):
-		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.MoveInto(slot, cid) })
+	case !e.sandboxes.HasWarm(cid, spec.Language):
+		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) {
+			dir, err := e.folders.MoveInto(slot, cid)
+			if errors.Is(err, files.ErrSlotDirty) {
+				err = fmt.Errorf("%w: %w", sandbox.ErrSpoiled, err)
+			}
+			return dir, err
+		})
 	}
 	if adopted {
 		e.demand.took(spec.Language)

@@ -15,9 +15,15 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-func newFolders(t *testing.T) (*Folders, string) {
+func newFolders(t *testing.T) (*Folders, string) { return newFoldersIn(t, QuotaWalk) }
+
+// newFoldersIn makes folders in mode, and conversation conv1's.
+func newFoldersIn(t *testing.T, mode QuotaMode) (*Folders, string) {
 	t.Helper()
-	f, err := NewFolders(t.TempDir(), Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: QuotaWalk})
+	needLoop(t, mode)
+	root := t.TempDir()
+	t.Cleanup(func() { unmountAll(root) })
+	f, err := NewFolders(root, Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 8 << 20, Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,11 +522,20 @@ func TestCleanNameMntData(t *testing.T) {
 // as a slot; the conversation keeps every file (hidden ones, folders) in a
 // new folder; a folder made anew since, or a loop image, is not recycled.
 func TestRecycle(t *testing.T) {
-	f, dir := newFolders(t)
+	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
+		t.Run(string(mode), func(t *testing.T) { testRecycle(t, mode) })
+	}
+}
+
+func testRecycle(t *testing.T, mode QuotaMode) {
+	f, dir := newFoldersIn(t, mode)
+	os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
+	old := time.Unix(1_000_000, 0)
 	os.WriteFile(filepath.Join(dir, "a.csv"), []byte("a"), 0o644)
 	os.WriteFile(filepath.Join(dir, ".hidden"), []byte("h"), 0o644)
 	os.MkdirAll(filepath.Join(dir, "sub", "deep"), 0o755)
-	os.WriteFile(filepath.Join(dir, "sub", "deep", "b.txt"), []byte("b"), 0o644)
+	os.WriteFile(filepath.Join(dir, "sub", "deep", "b.txt"), []byte("b"), 0o640)
+	os.Chtimes(filepath.Join(dir, "a.csv"), old, old)
 	// The sandbox holds the folder, as a bind mount would.
 	held, err := os.Open(dir)
 	if err != nil {
@@ -549,11 +564,29 @@ func TestRecycle(t *testing.T) {
 	if fi, _ := os.Stat(slot); !os.SameFile(fi, heldInfo) {
 		t.Error("the slot is not the sandbox's folder")
 	}
-	for _, name := range []string{"a.csv", ".hidden", "sub/deep/b.txt"} {
-		if _, err := os.Stat(filepath.Join(f.Path("conv1"), name)); err != nil {
+	for _, name := range []string{"a.csv", ".hidden", "sub/deep/b.txt", "link"} {
+		if _, err := os.Lstat(filepath.Join(f.Path("conv1"), name)); err != nil {
 			t.Errorf("the conversation lost %s: %v", name, err)
 		}
 	}
+	if target, _ := os.Readlink(filepath.Join(f.Path("conv1"), "link")); target != "/etc/passwd" {
+		t.Errorf("the link became %q", target)
+	}
+	if fi, _ := os.Stat(filepath.Join(f.Path("conv1"), "a.csv")); fi == nil || !fi.ModTime().Equal(old) {
+		t.Errorf("a.csv lost its time: %v", fi)
+	}
+	if fi, _ := os.Stat(filepath.Join(f.Path("conv1"), "sub/deep/b.txt")); fi == nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("b.txt lost its mode: %v", fi)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.Path("conv1"), "sub/deep/b.txt")); string(b) != "b" {
+		t.Errorf("b.txt holds %q", b)
+	}
+	// The conversation's lock still excludes: it is the one its path names.
+	unlock, err := f.lockValid("conv1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
 	if fi, _ := os.Stat(f.Path("conv1")); os.SameFile(fi, heldInfo) {
 		t.Error("the conversation's path still names the sandbox's folder")
 	}
@@ -569,7 +602,13 @@ func TestRecycle(t *testing.T) {
 // TestMoveInto: a conversation's files move into a slot's folder, which
 // takes the conversation's path; the sandbox holding the slot sees them.
 func TestMoveInto(t *testing.T) {
-	f, dir := newFolders(t)
+	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
+		t.Run(string(mode), func(t *testing.T) { testMoveInto(t, mode) })
+	}
+}
+
+func testMoveInto(t *testing.T, mode QuotaMode) {
+	f, dir := newFoldersIn(t, mode)
 	os.WriteFile(filepath.Join(dir, "a.csv"), []byte("a"), 0o644)
 	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
 	slot, err := f.NewSlot("ex-m1")
@@ -654,5 +693,28 @@ func TestRecycleWaitsForUploads(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(slot); len(names) != 0 {
 		t.Errorf("the recycled folder holds %v", names)
+	}
+}
+
+// TestCopyTree: what a loop-mode hand-over copies, and where it stops.
+func TestCopyTree(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("0123456789"), 0o4755) // set-id bits are dropped
+	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o644)
+	os.Symlink("../../etc", filepath.Join(src, "out"))
+	if err := copyTree(src, dst, 100, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "f")); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("f: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "fifo")); !os.IsNotExist(err) {
+		t.Errorf("a FIFO was copied: %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "out")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was not copied as a link: %v, %v", fi, err)
+	}
+	if err := copyTree(src, t.TempDir(), 5, os.Getuid(), os.Getgid()); err == nil {
+		t.Error("copied past the limit")
 	}
 }

@@ -114,10 +114,9 @@ func (f *Folders) RemoveSlot(slotFiles string) error {
 	return os.RemoveAll(slot)
 }
 
-// ErrNotRecyclable reports a conversation folder that cannot be handed to
-// another sandbox user: in loop mode it is the conversation's own disk
-// image.
-var ErrNotRecyclable = errors.New("conversation folders are disk images: not recyclable")
+// ErrNotRecyclable reports a conversation whose sandbox is not handed to
+// another: in loop mode, one whose files take more than MaxHandover.
+var ErrNotRecyclable = errors.New("too many files to hand the sandbox over")
 
 // Recycle takes the folder that conversation cid's idle sandbox mounts
 // away from the conversation and makes it a new slot named name, empty,
@@ -135,9 +134,6 @@ var ErrNotRecyclable = errors.New("conversation folders are disk images: not rec
 // into the conversation's new folder, and the slot is checked empty.
 // Nothing may run in the sandbox (the caller reset it).
 func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool, idleSince time.Time) (string, error) {
-	if f.space.hard() {
-		return "", ErrNotRecyclable
-	}
 	unlock, err := f.lockValid(cid)
 	if err != nil {
 		return "", err
@@ -149,6 +145,9 @@ func (f *Folders) Recycle(cid, name string, mounted func(dir string) bool, idleS
 	}
 	if info, err := os.Stat(f.convDir(cid)); err != nil || info.ModTime().After(idleSince) {
 		return "", fmt.Errorf("recycle %s: used since its sandbox went idle", cid)
+	}
+	if f.space.hard() {
+		return f.recycleImage(cid, name)
 	}
 	slot, err := f.NewSlot(name)
 	if err != nil {
@@ -195,12 +194,9 @@ func moveEntries(src, dst string) error {
 // slot slotFiles, for a conversation that has a folder but no sandbox: the
 // files move into the slot's folder, which then takes the conversation's
 // path (exchanged in one step), and the conversation's old folder, empty,
-// goes with the slot. It returns the conversation's files folder. Walk
-// mode only: a loop image is its conversation's.
+// goes with the slot. It returns the conversation's files folder. In loop
+// mode the files are copied (moveIntoImage).
 func (f *Folders) MoveInto(slotFiles, cid string) (string, error) {
-	if f.space.hard() {
-		return "", ErrNotRecyclable
-	}
 	slot := filepath.Dir(slotFiles)
 	if filepath.Dir(slot) != filepath.Join(f.root, slotsDir) {
 		return "", fmt.Errorf("%s is not a slot", slotFiles)
@@ -210,6 +206,9 @@ func (f *Folders) MoveInto(slotFiles, cid string) (string, error) {
 		return "", err
 	}
 	defer unlock()
+	if f.space.hard() {
+		return f.moveIntoImage(slotFiles, cid)
+	}
 	conv := f.Path(cid)
 	if err := drain(conv, slotFiles); err != nil {
 		_ = drain(slotFiles, conv)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"time"
 
 	"github.com/runbox-dev/runbox/internal/agent"
@@ -14,6 +15,10 @@ import (
 // conversation and empties it (Options.Recycle), and the next new
 // conversation adopts it as it would a pre-started one — without a
 // container start. Anything not shown clean removes the sandbox instead.
+
+// ErrSpoiled, from a pooled sandbox's adopt func, says that its folder
+// could not be given back empty: the sandbox is removed.
+var ErrSpoiled = errors.New("the sandbox's folder could not be restored")
 
 // resetTimeout bounds a reset; past it the sandbox is removed.
 const resetTimeout = 10 * time.Second

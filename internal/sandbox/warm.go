@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -232,7 +233,9 @@ func (m *Manager) Pooled(language string) int {
 
 // Adopt gives a new conversation a pre-started sandbox of its language.
 // adopt turns the sandbox's slot into the conversation's folder and
-// returns that folder. Adopt reports whether the conversation got one.
+// returns that folder; when it fails the sandbox goes back to the pool,
+// unless the error is ErrSpoiled. Adopt reports whether the conversation
+// got one.
 func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (string, error)) bool {
 	for {
 		m.mu.Lock()
@@ -249,6 +252,11 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 			continue
 		}
 		dir, err := adopt(sb.dataDir)
+		if errors.Is(err, ErrSpoiled) {
+			m.log.Warn("removing a pooled sandbox whose folder could not be restored", "container", shortID(sb.id), "err", err)
+			m.discard(sb)
+			return false
+		}
 		if err != nil {
 			m.mu.Lock()
 			m.pool[language] = append(m.pool[language], sb)
