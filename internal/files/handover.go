@@ -20,8 +20,12 @@ import (
 // A conversation whose files take more than MaxHandover is not handed
 // over: its sandbox is removed, as without recycling.
 
-// MaxHandover bounds the bytes copied to hand a loop-mode sandbox over.
-const MaxHandover = 64 << 20
+// MaxHandover bounds the bytes copied to hand a loop-mode sandbox over;
+// maxHandoverEntries bounds the entries (each costs a few system calls).
+const (
+	MaxHandover        = 64 << 20
+	maxHandoverEntries = 10000
+)
 
 // ErrSlotDirty reports a slot that could not be emptied after a failed
 // hand-over: its sandbox must be removed, never used again.
@@ -31,7 +35,7 @@ var ErrSlotDirty = errors.New("the slot could not be emptied")
 // owned by uid:gid, never following a link: folders, regular files
 // (content, permissions without set-id bits, times) and symbolic links (as
 // links); FIFOs, sockets and devices are left out. It fails past limit
-// bytes of content.
+// bytes of content or maxHandoverEntries entries.
 func copyTree(src, dst string, limit int64, uid, gid int) error {
 	from, err := os.OpenRoot(src)
 	if err != nil {
@@ -43,13 +47,16 @@ func copyTree(src, dst string, limit int64, uid, gid int) error {
 		return err
 	}
 	defer to.Close()
-	budget := limit
+	budget, entries := limit, 0
 	return fs.WalkDir(from.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if p == "." {
 			return nil
+		}
+		if entries++; entries > maxHandoverEntries {
+			return fmt.Errorf("more than %d entries to copy", maxHandoverEntries)
 		}
 		info, err := d.Info()
 		if err != nil {
