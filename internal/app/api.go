@@ -81,6 +81,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	if err != nil {
 		return err
 	}
+	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	// The api reads and writes conversations' files through the store: the
 	// host folder the executors share, or a remote store.
 	clock := clockwork.NewRealClock()
@@ -97,6 +98,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 			return err
 		}
 		fileStore = workcopy.NewVersioned(s3, st)
+		ready["files"] = s3.Ping
 		if cfg.FileRetention > 0 {
 			janitor = append(janitor, conversations.NewExpiry(fileStore, st, cfg.FileRetention, clock, elector.Every, log))
 		}
@@ -111,7 +113,6 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	var ex *Executor
 	if rds.Embedded() {
 		ex, err = StartExecutor(ctx, cfg, rds.Client, elector, registry, log)

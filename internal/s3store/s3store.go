@@ -76,6 +76,14 @@ func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
 	return s, nil
 }
 
+// Ping checks that the bucket answers, for readiness.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.mc.BucketExists(ctx, s.bucket); err != nil {
+		return fmt.Errorf("file store: %w", err)
+	}
+	return nil
+}
+
 // convPrefix is where a conversation's objects are: under its client, so
 // that a client's usage is one listing.
 func (s *Store) convPrefix(conv string) (string, error) {
