@@ -37,6 +37,9 @@ func TestStore(t *testing.T) {
 	s := open(t, 100)
 	const conv = "~alice~c1"
 
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
 	if ok, err := s.Exists(ctx, conv); err != nil || ok {
 		t.Fatalf("new conversation exists: %v, %v", ok, err)
 	}
