@@ -125,13 +125,15 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 
 	// A new conversation takes a sandbox that is started already; so does
 	// one without a sandbox here, its files moved (walk mode) or copied
-	// (loop mode) into the sandbox's folder.
+	// (loop mode) into the sandbox's folder, which then takes the
+	// conversation's name — never while another sandbox (another
+	// language's, a kept interpreter) mounts the folder it has.
 	adopted := false
 	existed := e.folders.Exists(spec.ConversationID)
 	switch cid := spec.ConversationID; {
 	case !existed:
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
-	case !e.sandboxes.HasWarm(cid, spec.Language):
+	case !e.sandboxes.HasWarm(cid):
 		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) {
 			dir, err := e.folders.MoveInto(slot, cid)
 			if errors.Is(err, files.ErrSlotDirty) {

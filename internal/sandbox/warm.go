@@ -289,12 +289,17 @@ func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 	return len(gone)
 }
 
-// HasWarm reports whether a conversation has an idle sandbox of its
-// language here.
-func (m *Manager) HasWarm(conversation, language string) bool {
+// HasWarm reports whether a conversation has an idle sandbox here, of any
+// language: each mounts the conversation's folder as it is.
+func (m *Manager) HasWarm(conversation string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.warm[warmKey{conversation: conversation, language: language}] != nil
+	for k := range m.warm {
+		if k.conversation == conversation {
+			return true
+		}
+	}
+	return false
 }
 
 // Warm returns how many sandboxes wait for their conversations.
