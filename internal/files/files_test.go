@@ -518,9 +518,26 @@ func TestCleanNameMntData(t *testing.T) {
 	}
 }
 
+// hold opens dir as a sandbox's bind mount holds it; mounted says whether
+// a path names that folder.
+func hold(t *testing.T, dir string) (held *os.File, info os.FileInfo, mounted func(string) bool) {
+	t.Helper()
+	held, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	info, _ = held.Stat()
+	return held, info, func(d string) bool {
+		fi, err := os.Stat(d)
+		return err == nil && os.SameFile(fi, info)
+	}
+}
+
 // TestRecycle: the folder a sandbox mounts leaves its conversation empty,
-// as a slot; the conversation keeps every file (hidden ones, folders) in a
-// new folder; a folder made anew since, or a loop image, is not recycled.
+// as a slot; the conversation keeps every file (hidden ones, folders,
+// links; in loop mode copies in a new image) in a new folder; a folder
+// made anew since is not recycled.
 func TestRecycle(t *testing.T) {
 	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
 		t.Run(string(mode), func(t *testing.T) { testRecycle(t, mode) })
@@ -537,16 +554,7 @@ func testRecycle(t *testing.T, mode QuotaMode) {
 	os.WriteFile(filepath.Join(dir, "sub", "deep", "b.txt"), []byte("b"), 0o640)
 	os.Chtimes(filepath.Join(dir, "a.csv"), old, old)
 	// The sandbox holds the folder, as a bind mount would.
-	held, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	heldInfo, _ := held.Stat()
-	mounted := func(d string) bool {
-		fi, err := os.Stat(d)
-		return err == nil && os.SameFile(fi, heldInfo)
-	}
+	held, heldInfo, mounted := hold(t, dir)
 	idle := time.Now()
 	if _, err := f.Recycle("conv1", "ex-r1", func(string) bool { return false }, idle); err == nil {
 		t.Fatal("recycled a folder the sandbox does not mount")
@@ -644,16 +652,7 @@ func (g gate) Read([]byte) (int, error) { <-g; return 0, io.EOF }
 // that goes to another conversation.
 func TestRecycleWaitsForUploads(t *testing.T) {
 	f, dir := newFolders(t)
-	held, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	heldInfo, _ := held.Stat()
-	mounted := func(d string) bool {
-		fi, err := os.Stat(d)
-		return err == nil && os.SameFile(fi, heldInfo)
-	}
+	_, _, mounted := hold(t, dir)
 	idle := time.Now().Add(time.Hour)
 	g := make(gate)
 	uploaded := make(chan error, 1)
