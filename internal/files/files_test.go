@@ -379,11 +379,7 @@ func TestSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A sandbox holds the slot open, as a bind mount would.
-			held, err := os.Open(slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer held.Close()
+			held, _, _ := hold(t, slot)
 			dir, err := f.Adopt(slot, "newconv")
 			if err != nil {
 				t.Fatal(err)
@@ -623,11 +619,7 @@ func testMoveInto(t *testing.T, mode QuotaMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := os.Open(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
+	held, _, _ := hold(t, slot)
 	got, err := f.MoveInto(slot, "conv1")
 	if err != nil || got != f.Path("conv1") {
 		t.Fatalf("MoveInto = %s, %v", got, err)
