@@ -22,18 +22,24 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/files"
 )
 
+// maxSpooling bounds the uploads spooled to the local disk at once, and so
+// the disk they take (maxSpooling × the upload limit): more wait.
+const maxSpooling = 8
+
 // Store is a file store in one bucket.
 type Store struct {
-	mc     *minio.Client
-	bucket string
-	prefix string
-	quota  int64
+	mc       *minio.Client
+	bucket   string
+	prefix   string
+	quota    int64
+	spooling *semaphore.Weighted
 }
 
 var _ runbox.FileStore = (*Store)(nil)
@@ -59,7 +65,7 @@ func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file store: %w", err)
 	}
-	s := &Store{mc: mc, bucket: cfg.Bucket, prefix: cfg.Prefix, quota: quota}
+	s := &Store{mc: mc, bucket: cfg.Bucket, prefix: cfg.Prefix, quota: quota, spooling: semaphore.NewWeighted(maxSpooling)}
 	exists, err := mc.BucketExists(ctx, cfg.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("file store: bucket %s at %s: %w", cfg.Bucket, endpoint, err)
@@ -198,6 +204,10 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	}
 	free := max(0, s.quota-used+existing)
 
+	if err := s.spooling.Acquire(ctx, 1); err != nil {
+		return runbox.StoredFile{}, err
+	}
+	defer s.spooling.Release(1)
 	tmp, err := os.CreateTemp("", "runbox-upload-")
 	if err != nil {
 		return runbox.StoredFile{}, fmt.Errorf("spool upload: %w", err)

@@ -3,9 +3,12 @@ package s3store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -170,5 +173,46 @@ func TestNames(t *testing.T) {
 		if string(b) != n {
 			t.Errorf("%q holds %q", n, b)
 		}
+	}
+}
+
+// gate is an upload body that yields nothing until closed, then EOF: a
+// slow client.
+type gate chan struct{}
+
+func (g gate) Read([]byte) (int, error) { <-g; return 0, io.EOF }
+
+// TestSpoolingBounded: uploads spool to the local disk at most maxSpooling
+// at once, so slow clients cannot fill it; the others wait their turn.
+func TestSpoolingBounded(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	g := make(gate)
+	errs := make(chan error, maxSpooling+4)
+	for i := range maxSpooling + 4 {
+		go func() {
+			_, err := s.Write(ctx, "c", fmt.Sprintf("f%d", i), g, 100, false)
+			errs <- err
+		}()
+	}
+	spooled := func() int { e, _ := os.ReadDir(tmp); return len(e) }
+	deadline := time.Now().Add(10 * time.Second)
+	for spooled() < maxSpooling && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // room for a wrong ninth
+	if n := spooled(); n != maxSpooling {
+		t.Errorf("%d uploads spooled at once, want %d", n, maxSpooling)
+	}
+	close(g)
+	for range maxSpooling + 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := spooled(); n != 0 {
+		t.Errorf("%d spool files left", n)
 	}
 }
