@@ -8,8 +8,10 @@ import (
 // TestRecycledSandbox: an idle sandbox evicted from its conversation is
 // reset and serves a new conversation — and nothing of the first reaches
 // the second: no file in /data, /tmp or /dev/shm, no process, no kept
-// interpreter state. A sandbox that cannot be shown clean (a System V IPC
-// object left) is removed instead. In walk mode the folder's entries move
+// interpreter state, not its zygote (a new one is spawned from a template
+// the first conversation's signals could not end). A sandbox that cannot
+// be shown clean (a System V IPC object left, a resource limit or priority
+// of the agent or the template changed) is removed instead. In walk mode the folder's entries move
 // to the conversation; in loop mode (a disk image per conversation) they
 // are copied to a new image.
 func TestRecycledSandbox(t *testing.T) {
@@ -54,11 +56,20 @@ rt = ctypes.CDLL('librt.so.1', use_errno=True)
 rt.mq_open.restype = ctypes.c_int
 assert rt.mq_open(b'/leak', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0, ctypes.get_errno()
 subprocess.Popen(['sleep', '300'], start_new_session=True)
-print(socket.gethostname())`})
+# The zygote's template outlives the conversation: what a program can do to
+# it (it runs as the same user) must not stop it serving the next one.
+import signal
+for p in os.listdir('/proc'):
+    if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid()):
+        if b'zygote.py' in open(f'/proc/{p}/cmdline', 'rb').read():
+            for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGRTMIN):
+                os.kill(int(p), sig)
+print(socket.gethostname())
+print(os.getppid())`})
 	if first.ExitCode != 0 {
 		t.Fatalf("first conversation: %+v", first)
 	}
-	hostA := strings.TrimSpace(first.Stdout)
+	hostA, zygoteA, _ := strings.Cut(strings.TrimSpace(first.Stdout), "\n")
 	py("first", "secret = 'kept by the first'", true)
 	// Another conversation's run evicts it (one warm sandbox at most).
 	py("second", "print(1)", false)
@@ -101,37 +112,61 @@ except ImportError:
 	if r.StateLost {
 		t.Error("a new conversation lost state it never had")
 	}
+	// Its programs fork from a zygote, not the first conversation's: one
+	// spawned afresh from the template, which the signals did not end.
+	z := py("third", `import os
+z = os.getppid()
+t = int(open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[1])
+print(z, b'zygote.py' in open(f'/proc/{z}/cmdline', 'rb').read(), b'zygote.py' in open(f'/proc/{t}/cmdline', 'rb').read())`, false)
+	zygote, spawned, _ := strings.Cut(strings.TrimSpace(z.Stdout), " ")
+	if zygote == zygoteA || spawned != "True True" {
+		t.Errorf("the third conversation's zygote: %q (pid, from a zygote, spawned by a zygote); the first's was %s", z.Stdout, zygoteA)
+	}
 	// The first conversation still has its file, in a sandbox of its own.
 	if got := py("first", "print(open('/data/secret.txt').read(), 'secret' in globals())", true); got.Stdout != "A False\n" || !got.StateLost {
 		t.Errorf("the first conversation afterwards: %+v", got)
 	}
 
-	// A System V IPC object makes a sandbox unfit for another conversation:
-	// that sandbox is removed, not recycled (others may be, meanwhile).
-	ipc := py("ipc", `import ctypes, socket
+	// What a reset cannot undo makes a sandbox unfit for another
+	// conversation: that sandbox is removed, not recycled (others may be,
+	// meanwhile).
+	unfit := []struct{ name, code string }{
+		{"ipc", `import ctypes
 libc = ctypes.CDLL(None)
-assert libc.shmget(0, 4096, 0o1600) >= 0
-print(socket.gethostname())`, false)
-	host := strings.TrimSpace(ipc.Stdout)
-	if host == "" {
-		t.Fatalf("ipc run: %+v", ipc)
+assert libc.shmget(0, 4096, 0o1600) >= 0`},
+		// The agent and the template outlive a conversation, and what
+		// they start inherits these.
+		{"agent-limit", `import resource
+soft, hard = resource.prlimit(1, resource.RLIMIT_NOFILE)
+resource.prlimit(1, resource.RLIMIT_NOFILE, (soft - 1, hard))`},
+		{"template-priority", `import os
+for p in os.listdir('/proc'):
+    if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid()) and b'zygote.py' in open(f'/proc/{p}/cmdline', 'rb').read():
+        os.setpriority(os.PRIO_PROCESS, int(p), 19)`},
 	}
-	// (It may itself be a recycled sandbox: only what comes after counts.)
-	s.mu.Lock()
-	seen := map[*proc]int{}
-	for _, p := range s.procs {
-		seen[p] = len(p.out.String())
-	}
-	s.mu.Unlock()
-	py("evicts-ipc", "print(1)", false)
-	waitFor(t, func() bool { return !s.containerExists(host) })
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range s.procs {
-		for line := range strings.SplitSeq(p.out.String()[seen[p]:], "\n") {
-			if strings.Contains(line, "recycled a sandbox") && strings.Contains(line, "container="+host) {
-				t.Errorf("a sandbox with an IPC object left was recycled: %s", line)
+	for _, u := range unfit {
+		r := py(u.name, u.code+"\nimport socket\nprint(socket.gethostname())", false)
+		host := strings.TrimSpace(r.Stdout)
+		if r.ExitCode != 0 || host == "" {
+			t.Fatalf("%s run: %+v", u.name, r)
+		}
+		// (It may itself be a recycled sandbox: only what comes after counts.)
+		s.mu.Lock()
+		seen := map[*proc]int{}
+		for _, p := range s.procs {
+			seen[p] = len(p.out.String())
+		}
+		s.mu.Unlock()
+		py("evicts-"+u.name, "print(1)", false)
+		waitFor(t, func() bool { return !s.containerExists(host) })
+		s.mu.Lock()
+		for _, p := range s.procs {
+			for line := range strings.SplitSeq(p.out.String()[seen[p]:], "\n") {
+				if strings.Contains(line, "recycled a sandbox") && strings.Contains(line, "container="+host) {
+					t.Errorf("%s: an unfit sandbox was recycled: %s", u.name, line)
+				}
 			}
 		}
+		s.mu.Unlock()
 	}
 }

@@ -8,18 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // A reset readies a sandbox for another conversation: the executor hands
 // idle sandboxes to new conversations instead of starting containers. It
 // leaves nothing of the conversation that used the sandbox: no process
-// (the zygote and the kept interpreter included; a fresh zygote starts
-// afterwards), no file where a program can write (Config.Wipe: the root
-// file system is read-only, and /data is the executor's to empty), no
-// System V IPC object, no POSIX message queue (/dev/mqueue is wiped). Each
-// is checked once done, and the reset reports Clean only if every check
-// passed: the executor removes a sandbox that is not. The agent's own
-// state holds nothing a program gave it but what the next run replaces.
+// (the zygote and the kept interpreter included; a fresh zygote is spawned
+// from the template afterwards, see zygote.go), no file where a program
+// can write (Config.Wipe: the root file system is read-only, and /data is
+// the executor's to empty), no System V IPC object, no POSIX message queue
+// (/dev/mqueue is wiped), and no process attribute a program could change
+// in the agent or the template, the two processes that outlive it (see
+// attrs.go). Each is checked once done, and the reset reports Clean only
+// if every check passed: the executor removes a sandbox that is not. The
+// agent's own state holds nothing a program gave it but what the next run
+// replaces.
 
 // reset runs between runs, from the frame loop.
 func (st *starter) reset() Reset {
@@ -43,7 +47,8 @@ func (st *starter) reset() Reset {
 			r = Reset{Reason: fmt.Sprintf(format, args...)}
 		}
 	}
-	if !sweep(nil) {
+	spare := st.templatePIDs()
+	if !sweep(spare) {
 		fail("processes are left")
 	}
 	for _, dir := range st.cfg.Wipe {
@@ -56,8 +61,28 @@ func (st *starter) reset() Reset {
 	}
 	// Nothing can have started since the sweep (no program runs, busy is
 	// held), but the check is cheap and a reset must not assume.
-	if !sweep(nil) {
+	if !sweep(spare) {
 		fail("processes are left")
+	}
+	if err := st.attrs.check(0); err != nil {
+		fail("the agent's %v", err)
+	}
+	if t := st.template; t != nil {
+		// A program may have ended the template (a new one starts) or
+		// stopped it (it is continued); one it changed makes the sandbox
+		// unfit.
+		pid := t.processID()
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			if err := st.attrs.check(pid); err != nil {
+				fail("the template's %v", err)
+			}
+		}
+		if pid == 0 || !t.waitReady(0) {
+			t.stop()
+			<-t.done
+			st.template = nil
+		}
 	}
 	if r.Clean && st.cfg.Skel != "" {
 		if err := CopyTree(st.cfg.Skel, "/tmp"); err != nil {
@@ -69,13 +94,26 @@ func (st *starter) reset() Reset {
 	return r
 }
 
-// startZygote starts the zygote, if the agent has one.
+// startZygote starts the zygote, if the agent has one: spawned from the
+// template, which is started first if it is not running.
 func (st *starter) startZygote() {
 	if len(st.cfg.Zygote) == 0 {
 		return
 	}
-	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy)
+	if st.template == nil {
+		st.template = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, nil)
+		go st.template.run()
+	}
+	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, st.template)
 	go st.zygote.run()
+}
+
+// templatePIDs returns the template's pid, which a sweep must spare.
+func (st *starter) templatePIDs() []int {
+	if st.template == nil {
+		return nil
+	}
+	return []int{st.template.processID()}
 }
 
 // wipe removes everything in dir and checks that nothing is left. A folder

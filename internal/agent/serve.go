@@ -98,11 +98,18 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		}
 	}()
 
-	st := &starter{cfg: cfg, waiter: newWaiter()}
+	attrs, err := readAttrs(0)
+	if err != nil {
+		return fmt.Errorf("read process attributes: %w", err)
+	}
+	st := &starter{cfg: cfg, waiter: newWaiter(), attrs: attrs}
 	st.startZygote()
 	defer func() {
 		if st.zygote != nil {
 			st.zygote.stop()
+		}
+		if st.template != nil {
+			st.template.stop()
 		}
 	}()
 	var cur *process
@@ -194,6 +201,12 @@ type starter struct {
 	cfg    Config
 	waiter waiter
 	zygote *zygote // nil without one
+	// template spawns zygotes (see zygote.go); nil without a zygote, or
+	// after a reset found it changed, until the next zygote starts.
+	template *zygote
+	// attrs are the agent's process attributes at its start, which the
+	// template shares; a reset checks both still have them.
+	attrs  procAttrs
 	kernel *kernel // the kept interpreter, if one was asked for; under busy
 	// busy is held from a program's start until nothing of it is left,
 	// and by the zygote while it starts: a process is dumpable from its
@@ -285,7 +298,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 
 	p := &process{pid: pid, cell: c, done: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
 	p.spare = func() []int {
-		var pids []int
+		pids := st.templatePIDs()
 		if st.zygote != nil {
 			pids = append(pids, st.zygote.processID())
 		}

@@ -20,6 +20,14 @@ import (
 // program's stdin, stdout and stderr as file descriptors (see
 // runners/python/zygote.py). Until it is ready, and whenever it is gone,
 // programs start the ordinary way.
+//
+// The zygote programs fork from is itself forked ("spawned") from a
+// template: a zygote that the agent only ever asks to spawn, and that no
+// program reaches (it is not dumpable, reads only the read-only image, and
+// ignores the signals a program could end it with). A reset kills the
+// conversation's zygote and spawns another from the template: as fresh as
+// one started anew, for a fork's cost instead of Python's start (~300 ms
+// of CPU here, paid at every hand-over to another conversation before).
 
 // zygoteStartTimeout bounds the wait for a fork's pid.
 const zygoteStartTimeout = 5 * time.Second
@@ -28,6 +36,9 @@ type zygote struct {
 	command []string
 	env     []string
 	waiter  waiter
+	// template, when set and ready, spawns this zygote instead of a start
+	// of command.
+	template *zygote
 	// busy is held while a program runs; the zygote starts only when it
 	// can take it, and keeps it until the zygote has made itself not
 	// dumpable (its first message).
@@ -60,8 +71,8 @@ type zygoteMessage struct {
 	Status int  `json:"status"`
 }
 
-func newZygote(command, env []string, w waiter, busy *sync.Mutex) *zygote {
-	return &zygote{command: command, env: env, waiter: w, busy: busy, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
+func newZygote(command, env []string, w waiter, busy *sync.Mutex, template *zygote) *zygote {
+	return &zygote{command: command, env: env, waiter: w, busy: busy, template: template, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
 		readyCh: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -159,17 +170,10 @@ func (z *zygote) run() {
 }
 
 func (z *zygote) runOnce() error {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
+	if z.template != nil {
+		// Before busy: the template takes it to start.
+		z.template.awaitReady(zygoteWait)
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-peer")
-	defer ours.Close()
-	cmd := exec.Command(z.command[0], z.command[1:]...)
-	cmd.Env = z.env
-	cmd.Dir = "/tmp"
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	z.busy.Lock()
 	var unlock sync.Once
 	release := func() { unlock.Do(z.busy.Unlock) }
@@ -179,17 +183,29 @@ func (z *zygote) runOnce() error {
 		return errZygoteGone
 	default:
 	}
-	ended, err := z.waiter.start(cmd)
-	theirs.Close()
+	pid, ours, ended, err := z.launch()
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	defer ours.Close()
+	reaped := false
+	kill := func() {
+		if reaped {
+			return
+		}
+		select {
+		case <-ended:
+			reaped = true // the pid may be another's now
+		default:
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 	z.mu.Lock()
-	z.sock, z.pid = ours, cmd.Process.Pid
+	z.sock, z.pid = ours, pid
 	stopped := z.stopped
 	z.mu.Unlock()
 	if stopped { // stop came before it had a pid to kill
-		_ = cmd.Process.Kill()
+		kill()
 	}
 	readErr := z.read(ours, release)
 	z.mu.Lock()
@@ -202,9 +218,58 @@ func (z *zygote) runOnce() error {
 		delete(z.exits, pid)
 	}
 	z.mu.Unlock()
-	_ = cmd.Process.Kill()
-	<-ended
+	kill()
+	if !reaped {
+		<-ended
+	}
 	return readErr
+}
+
+// launch spawns the zygote from the template, if it is ready, or starts
+// command. It returns the zygote's pid, our end of the socket that is its
+// fd 3, and a channel that receives its end.
+func (z *zygote) launch() (int, *os.File, <-chan syscall.WaitStatus, error) {
+	if t := z.template; t != nil && t.waitReady(0) {
+		ours, theirs, err := socketPair()
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		f, err := t.fork(forkRequest{Spawn: true}, []*os.File{theirs})
+		theirs.Close()
+		if err == nil {
+			return f.pid, ours, f.exit, nil
+		}
+		ours.Close()
+		// A template that does not answer (a program may have stopped it)
+		// spawns no more: it is ended, and replaced at the next reset.
+		log.Printf("zygote: spawn from the template: %v; starting one", err)
+		t.stop()
+	}
+	ours, theirs, err := socketPair()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer theirs.Close()
+	cmd := exec.Command(z.command[0], z.command[1:]...)
+	cmd.Env = z.env
+	cmd.Dir = "/tmp"
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3
+	ended, err := z.waiter.start(cmd)
+	if err != nil {
+		ours.Close()
+		return 0, nil, nil, err
+	}
+	return cmd.Process.Pid, ours, ended, nil
+}
+
+// socketPair returns the two ends of a new SOCK_SEQPACKET socket.
+func socketPair() (ours, theirs *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-peer"), nil
 }
 
 // read handles the zygote's messages until its socket closes. The first
@@ -254,17 +319,20 @@ func (z *zygote) processID() int {
 
 var errZygoteGone = errors.New("zygote is not running")
 
-// forkRequest is what the zygote forks: a program at Path, or a kernel.
+// forkRequest is what the zygote forks: a program at Path, a kernel, or
+// (from the template) a zygote.
 type forkRequest struct {
 	Path   string            `json:"path,omitempty"`
 	Dir    string            `json:"cwd"`
 	Env    []string          `json:"-"`
 	EnvMap map[string]string `json:"env"`
 	Kernel bool              `json:"kernel,omitempty"`
+	Spawn  bool              `json:"spawn,omitempty"`
 }
 
-// fork starts a program (or a kernel) from the zygote with the given
-// descriptors: stdin, stdout, stderr and, for a kernel, its socket.
+// fork starts a program (or a kernel, or a zygote) from the zygote with
+// the given descriptors: stdin, stdout, stderr and, for a kernel, its
+// socket; for a zygote, its socket alone.
 func (z *zygote) fork(fr forkRequest, files []*os.File) (zygoteFork, error) {
 	z.mu.Lock()
 	sock, ready := z.sock, z.ready

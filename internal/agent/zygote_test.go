@@ -1,14 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -139,4 +144,110 @@ func TestZygoteKeepsProgramSemantics(t *testing.T) {
 			t.Errorf("exit %+v", o.exit)
 		}
 	})
+}
+
+// newTestZygote starts a template of runners/python/zygote.py and a
+// zygote spawned from it.
+func newTestZygote(t *testing.T) (tmpl, z *zygote, env []string) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3 is needed to test the zygote")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	command := []string{py, filepath.Join(filepath.Dir(file), "..", "..", "runners", "python", "zygote.py")}
+	env = []string{"PATH=" + os.Getenv("PATH")}
+	busy := new(sync.Mutex)
+	tmpl = newZygote(command, env, plainWaiter{}, busy, nil)
+	go tmpl.run()
+	z = newZygote(command, env, plainWaiter{}, busy, tmpl)
+	go z.run()
+	t.Cleanup(func() {
+		z.stop()
+		tmpl.stop()
+		<-z.done
+		<-tmpl.done
+	})
+	if !z.awaitReady(20 * time.Second) {
+		t.Fatal("the zygote is not ready")
+	}
+	return tmpl, z, env
+}
+
+// parentOf reads a process's parent from /proc.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// stopped waits for a zygote's stop to complete.
+func stopped(t *testing.T, z *zygote) {
+	t.Helper()
+	z.stop()
+	select {
+	case <-z.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stopped zygote does not end")
+	}
+}
+
+// TestZygoteSpawnedFromTemplate: the zygote is a fork of the template, a
+// zygote stopped with a kernel of its own ends, and the next one is
+// spawned anew from the same template.
+func TestZygoteSpawnedFromTemplate(t *testing.T) {
+	tmpl, z, env := newTestZygote(t)
+	if got := parentOf(t, z.processID()); got != tmpl.processID() {
+		t.Fatalf("the zygote's parent is %d, not the template %d", got, tmpl.processID())
+	}
+	k, err := startKernel(z, t.TempDir(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.kill()
+	first := z.processID()
+	stopped(t, z)
+
+	next := newZygote(z.command, env, plainWaiter{}, z.busy, tmpl)
+	go next.run()
+	defer stopped(t, next)
+	if !next.awaitReady(10 * time.Second) {
+		t.Fatal("the next zygote is not ready")
+	}
+	if pid := next.processID(); pid == first || parentOf(t, pid) != tmpl.processID() {
+		t.Fatalf("the next zygote %d (the first was %d) is not the template's", pid, first)
+	}
+	stopped(t, tmpl)
+}
+
+// TestZygoteTemplateStopped: a template that does not answer (a program
+// stopped it) is ended, and the zygote is started the ordinary way.
+func TestZygoteTemplateStopped(t *testing.T) {
+	tmpl, z, env := newTestZygote(t)
+	stopped(t, z)
+	if err := syscall.Kill(tmpl.processID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	next := newZygote(z.command, env, plainWaiter{}, z.busy, tmpl)
+	go next.run()
+	defer stopped(t, next)
+	if !next.awaitReady(20 * time.Second) {
+		t.Fatal("the zygote is not ready")
+	}
+	if parentOf(t, next.processID()) != os.Getpid() {
+		t.Fatal("the zygote was not started by the agent")
+	}
+	select {
+	case <-tmpl.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the template that did not answer was not ended")
+	}
 }

@@ -10,6 +10,18 @@ child ends, {"exit": pid, "status": <wait status>}. A request {"preload":
 forked after it. The zygote says {"ready": true} when it starts and after
 each preload.
 
+A request {"spawn": true} carries one descriptor, a SOCK_SEQPACKET socket:
+the zygote forks a new zygote that serves that socket (it says {"ready"}
+there) and answers {"pid"}, then {"exit"} when it ends. The agent keeps
+one zygote that only ever spawns — the template, which never forks a
+program — and spawns from it the zygote programs fork from; when a sandbox
+passes to another conversation, that zygote is killed and a new one
+spawned: as fresh as one started anew (nothing but the agent has ever
+spoken to the template, and no program can reach it, see below), for a
+fork's cost rather than Python's start. The template ignores the signals
+a program could send it to end or interrupt it (a program runs as the
+same user); a spawned zygote restores them as Python started them.
+
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
 see kernel()) that runs cell after cell in one namespace, for one
@@ -252,6 +264,31 @@ def main():
     # What every child needs, imported once here rather than in each.
     preload("atexit,builtins,random,threading,traceback,types")
     preload(sys.argv[1] if len(sys.argv) > 1 else "")
+    import json  # noqa: F401 (serve's, imported before any spawn)
+
+    # As Python set them up: restored in every zygote spawned, so that
+    # programs start with them whatever the template ignores.
+    fresh = {sig: signal.getsignal(sig) for sig in CATCHABLE}
+    fresh = {sig: h for sig, h in fresh.items() if h is not None}
+    serve(fresh)
+
+
+# The signals that end, stop or interrupt a process by default and can be
+# caught (SIGKILL and SIGSTOP cannot: the agent sees the template gone, or
+# continues it, before each spawn).
+CATCHABLE = [
+    getattr(signal, name)
+    for name in (
+        "SIGHUP SIGINT SIGQUIT SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGUSR1 "
+        "SIGSEGV SIGUSR2 SIGPIPE SIGALRM SIGTERM SIGSTKFLT SIGTSTP SIGTTIN "
+        "SIGTTOU SIGXCPU SIGXFSZ SIGVTALRM SIGPROF SIGIO SIGPWR SIGSYS"
+    ).split()
+    if hasattr(signal, name)
+] + list(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+
+
+def serve(fresh):
+    """Serves the agent on CTL_FD until it closes the socket."""
     import json
 
     ctl = socket.socket(fileno=CTL_FD)
@@ -281,12 +318,19 @@ def main():
                     preload(req["preload"])
                     send({"ready": True})
                     continue
+                if req.get("spawn"):
+                    # From now on this process is the template: it forks
+                    # zygotes only, and no program's signal ends it.
+                    for sig in CATCHABLE:
+                        signal.signal(sig, signal.SIG_IGN)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
                     sel.close()
                     ctl.detach()  # closed below by fd, never by the object
+                    if req.get("spawn"):
+                        spawned(fresh, fds, rfd, wfd)
                     child(req, fds)
                 for fd in fds:
                     os.close(fd)
@@ -301,6 +345,22 @@ def main():
                     if pid == 0:
                         break
                     send({"exit": pid, "status": status})
+
+
+def spawned(fresh, fds, rfd, wfd):
+    """Becomes a zygote serving the socket the spawn request carried.
+    Never returns."""
+    if len(fds) != 1:
+        os._exit(70)
+    signal.set_wakeup_fd(-1)
+    os.close(rfd)
+    os.close(wfd)
+    os.dup2(fds[0], CTL_FD)  # over the template's socket
+    os.close(fds[0])
+    for sig, handler in fresh.items():
+        signal.signal(sig, handler)
+    serve(fresh)
+    os._exit(0)
 
 
 if __name__ == "__main__":
