@@ -3,6 +3,7 @@ package files
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -600,6 +601,69 @@ func testRecycle(t *testing.T, mode QuotaMode) {
 	}
 	if names, _ := os.ReadDir(f.Path("conv2")); len(names) != 0 {
 		t.Errorf("the new conversation sees %v", names)
+	}
+}
+
+// TestRecycleEmpty: a conversation with no files is handed over without
+// a disk image of its own; its next use makes one (the quota holds), and
+// it moves into another sandbox with nothing to copy.
+func TestRecycleEmpty(t *testing.T) {
+	for _, mode := range []QuotaMode{QuotaWalk, QuotaLoop} {
+		t.Run(string(mode), func(t *testing.T) { testRecycleEmpty(t, mode) })
+	}
+}
+
+func testRecycleEmpty(t *testing.T, mode QuotaMode) {
+	f, dir := newFoldersIn(t, mode)
+	held, heldInfo, mounted := hold(t, dir)
+	slot, err := f.Recycle("conv1", "ex-e1", mounted, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(slot); !os.SameFile(fi, heldInfo) {
+		t.Error("the slot is not the sandbox's folder")
+	}
+	img := filepath.Join(f.convDir("conv1"), "files.img")
+	if _, err := os.Stat(img); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the empty conversation has a disk image: %v", err)
+	}
+	if names, _ := held.Readdirnames(-1); len(names) != 0 {
+		t.Errorf("the sandbox sees %v", names)
+	}
+
+	// Its next sandbox takes it with nothing to copy, and no image made.
+	next, err := f.NewSlot("ex-e2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextHeld, _, nextMounted := hold(t, next)
+	if _, err := f.MoveInto(next, "conv1"); err != nil {
+		t.Fatal(err)
+	}
+	if !nextMounted(f.Path("conv1")) {
+		t.Error("the conversation's path does not name the sandbox's folder")
+	}
+	if _, err := os.Stat(filepath.Dir(next)); !os.IsNotExist(err) {
+		t.Errorf("the slot is left: %v", err)
+	}
+	// Handed over again, then used: the quota is whole.
+	if _, err := f.Recycle("conv1", "ex-e3", nextMounted, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_ = nextHeld
+	if _, err := f.Write("conv1", "big.bin", strings.NewReader(strings.Repeat("x", 9<<20)), 64<<20, false); err == nil {
+		t.Error("an upload past the quota was taken")
+	}
+	if _, err := f.Write("conv1", "small.bin", strings.NewReader("x"), 64<<20, false); err != nil {
+		t.Fatal(err)
+	}
+	if mode == QuotaLoop {
+		if _, err := os.Stat(img); err != nil {
+			t.Errorf("the used conversation has no disk image: %v", err)
+		}
+		if m, _ := isMountPoint(f.Path("conv1")); !m {
+			t.Error("the used conversation's image is not mounted")
+		}
 	}
 }
 

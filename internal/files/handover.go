@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,6 +20,11 @@ import (
 // conversation folders (each an image and its mount point) exchange names.
 // A conversation whose files take more than MaxHandover is not handed
 // over: its sandbox is removed, as without recycling.
+//
+// A conversation with no files needs no image while no sandbox holds it:
+// it is left an empty folder, and its next use makes its image, as for a
+// new conversation (prepare). A hand-over then costs two renames, where
+// making an image costs an mkfs and a mount (and an unmount later).
 
 // MaxHandover bounds the bytes copied to hand a loop-mode sandbox over;
 // maxHandoverEntries bounds the entries (each costs a few system calls).
@@ -160,14 +166,25 @@ func (f *Folders) recycleImage(cid, name string) (string, error) {
 	if used, _, err := f.space.usage(conv); err != nil || used > MaxHandover {
 		return "", fmt.Errorf("recycle %s: %w (%d bytes, %v)", cid, ErrNotRecyclable, used, err)
 	}
-	slotFiles, err := f.NewSlot(name)
+	empty, err := isEmpty(conv)
+	if err != nil {
+		return "", fmt.Errorf("recycle %s: %w", cid, err)
+	}
+	var slotFiles string
+	if empty {
+		slotFiles, err = f.newEmptySlot(name)
+	} else {
+		slotFiles, err = f.NewSlot(name)
+	}
 	if err != nil {
 		return "", err
 	}
 	slot := filepath.Dir(slotFiles)
-	if err := copyTree(conv, slotFiles, MaxHandover, f.uid, f.gid); err != nil {
-		_ = f.RemoveSlot(slotFiles)
-		return "", fmt.Errorf("recycle %s: copy its files: %w", cid, err)
+	if !empty {
+		if err := copyTree(conv, slotFiles, MaxHandover, f.uid, f.gid); err != nil {
+			_ = f.RemoveSlot(slotFiles)
+			return "", fmt.Errorf("recycle %s: copy its files: %w", cid, err)
+		}
 	}
 	if err := f.exchange(cid, slot); err != nil {
 		_ = f.RemoveSlot(slotFiles)
@@ -185,12 +202,22 @@ func (f *Folders) recycleImage(cid, name string) (string, error) {
 // the conversation's files are copied into the slot's image, the slot
 // takes the conversation's name, and the conversation's old image goes.
 func (f *Folders) moveIntoImage(slotFiles, cid string) (string, error) {
-	conv, err := f.ensureLocked(cid) // mounted again if the janitor released it
-	if err != nil {
-		return "", err
+	conv := f.Path(cid)
+	imageless := false
+	if _, err := os.Lstat(filepath.Join(f.convDir(cid), "files.img")); errors.Is(err, fs.ErrNotExist) {
+		// An empty conversation's folder (see above): nothing to copy.
+		if imageless, err = isEmpty(conv); err != nil {
+			return "", fmt.Errorf("move %s into a sandbox: %w", cid, err)
+		}
 	}
-	if used, _, err := f.space.usage(conv); err != nil || used > MaxHandover {
-		return "", fmt.Errorf("move %s into a sandbox: %w (%d bytes, %v)", cid, ErrNotRecyclable, used, err)
+	if !imageless {
+		var err error
+		if conv, err = f.ensureLocked(cid); err != nil { // mounted again if the janitor released it
+			return "", err
+		}
+		if used, _, err := f.space.usage(conv); err != nil || used > MaxHandover {
+			return "", fmt.Errorf("move %s into a sandbox: %w (%d bytes, %v)", cid, ErrNotRecyclable, used, err)
+		}
 	}
 	if err := copyTree(conv, slotFiles, MaxHandover, f.uid, f.gid); err != nil {
 		if eerr := emptyFolder(slotFiles); eerr != nil {
@@ -209,5 +236,37 @@ func (f *Folders) moveIntoImage(slotFiles, cid string) (string, error) {
 	if err := f.RemoveSlot(filepath.Join(slot, "files")); err != nil {
 		return "", fmt.Errorf("move %s into a sandbox: remove its old image: %w", cid, err)
 	}
-	return conv, nil
+	now := time.Now()
+	_ = os.Chtimes(f.convDir(cid), now, now) // last use, for retention
+	return f.Path(cid), nil
+}
+
+// newEmptySlot makes a slot with no disk image, for an empty conversation
+// (see above), and returns the host path of its files folder.
+func (f *Folders) newEmptySlot(name string) (string, error) {
+	if err := validSlotName(name); err != nil {
+		return "", err
+	}
+	files := filepath.Join(f.slotDir(name), "files")
+	if err := os.MkdirAll(files, 0o755); err != nil {
+		return "", fmt.Errorf("create slot: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(files), 0o711); err != nil {
+		return "", fmt.Errorf("create slot: %w", err)
+	}
+	return files, nil
+}
+
+// isEmpty reports whether a folder has no entries.
+func isEmpty(dir string) (bool, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0 && err == nil, err
 }

@@ -28,8 +28,8 @@ func (f *Folders) slotDir(name string) string { return filepath.Join(f.root, slo
 // NewSlot makes a slot and returns the host path of its files folder.
 // name must be a single path element.
 func (f *Folders) NewSlot(name string) (string, error) {
-	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
-		return "", fmt.Errorf("invalid slot name %q", name)
+	if err := validSlotName(name); err != nil {
+		return "", err
 	}
 	dir := f.slotDir(name)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -41,6 +41,14 @@ func (f *Folders) NewSlot(name string) (string, error) {
 		return "", err
 	}
 	return files, nil
+}
+
+// validSlotName checks that a slot's name is a single path element.
+func validSlotName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return fmt.Errorf("invalid slot name %q", name)
+	}
+	return nil
 }
 
 // ErrConversationExists reports a slot that cannot be adopted because the
