@@ -91,7 +91,6 @@ type Executor struct {
 
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
-	demand   *demand       // how many the pool should hold
 
 	// slots bound the runs this executor runs at once, whether asynq
 	// handed them out or an announcement did (wake.go).
@@ -136,7 +135,6 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
-		demand:   newDemand(cfg.Clock),
 	}
 	e.announced.e = e
 	return e

@@ -17,9 +17,10 @@ const MaxPool = 16
 const poolRetry = 5 * time.Second
 
 // poolFiller keeps sandboxes of each language started, waiting for new
-// conversations — as many as demand says: the configured Pool, more while
-// new conversations come faster — at start, after each adoption
-// (Executor.poolWake), and every poolRetry.
+// conversations — as many as the manager's PoolTarget says: the
+// configured Pool, more while new conversations come faster than recycled
+// sandboxes — at start, after each adoption (Executor.poolWake), and
+// every poolRetry.
 type poolFiller struct {
 	lifecycle.Base
 	e *Executor
@@ -35,7 +36,7 @@ func (p *poolFiller) loop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		for _, r := range e.runners {
-			for e.sandboxes.Pooled(r.Language) < e.demand.target(r.Language, e.cfg.Pool.For(r.Language), MaxPool) && ctx.Err() == nil {
+			for e.sandboxes.Pooled(r.Language) < e.sandboxes.PoolTarget(r.Language, e.cfg.Pool.For(r.Language), MaxPool) && ctx.Err() == nil {
 				if err := p.prestart(ctx, r.Language); err != nil {
 					e.log.Warn("start a sandbox for the pool", "language", r.Language, "err", err)
 					break

@@ -128,7 +128,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	// (loop mode) into the sandbox's folder, which then takes the
 	// conversation's name — never while another sandbox (another
 	// language's, a kept interpreter) mounts the folder it has.
-	adopted := false
+	adopted, asked := false, true
 	existed := e.folders.Exists(spec.ConversationID)
 	switch cid := spec.ConversationID; {
 	case !existed:
@@ -141,9 +141,13 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 			}
 			return dir, err
 		})
+	default:
+		asked = false
 	}
-	if adopted {
-		e.demand.took(spec.Language)
+	if asked { // taken or not, the pool may want another
+		if !adopted {
+			e.log.Debug("no pooled sandbox: starting one", "conversation", spec.ConversationID, "language", spec.Language)
+		}
 		select {
 		case e.poolWake <- struct{}{}:
 		default:

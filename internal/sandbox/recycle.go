@@ -51,6 +51,7 @@ func (m *Manager) recycle(sb *sandbox) {
 	m.mu.Lock()
 	m.pool[lang] = append(m.pool[lang], sb)
 	m.mu.Unlock()
+	m.demand.returned(lang)
 	m.log.Debug("recycled a sandbox", "container", shortID(sb.id),
 		"reset_ms", reset.Milliseconds(), "total_ms", time.Since(begin).Milliseconds())
 }

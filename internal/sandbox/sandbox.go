@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/moby/moby/client"
 	"golang.org/x/time/rate"
 
@@ -128,6 +129,7 @@ type Manager struct {
 	live    map[string]struct{}      // containers started and not yet removed
 	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
 	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
+	demand  *demand                  // how many the pool should hold
 }
 
 // NewManager returns a Manager using docker.
@@ -141,7 +143,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 	return &Manager{
 		docker: docker, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
-		pool: map[string][]*sandbox{},
+		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
 	}
 }
 

@@ -237,6 +237,7 @@ func (m *Manager) Pooled(language string) int {
 // unless the error is ErrSpoiled. Adopt reports whether the conversation
 // got one.
 func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (string, error)) bool {
+	m.demand.took(language) // taken or not: the pool's size follows the asking
 	for {
 		m.mu.Lock()
 		p := m.pool[language]
@@ -300,6 +301,13 @@ func (m *Manager) HasWarm(conversation string) bool {
 		}
 	}
 	return false
+}
+
+// PoolTarget returns how many pre-started sandboxes of a language the
+// pool should hold: as demand says (demand.go), at least configured and
+// at most ceiling.
+func (m *Manager) PoolTarget(language string, configured, ceiling int) int {
+	return m.demand.target(language, configured, ceiling)
 }
 
 // Warm returns how many sandboxes wait for their conversations.
