@@ -512,7 +512,8 @@ func TestWarmLimitPerLanguage(t *testing.T) {
 }
 
 // TestPool: a pre-started sandbox becomes a new conversation's when its
-// slot folder is renamed to the conversation's.
+// slot folder is renamed to the conversation's; every new conversation's
+// ask counts towards the pool's size.
 func TestPool(t *testing.T) {
 	m, _ := newManager(t, defaultLimits)
 	base := t.TempDir()
@@ -549,5 +550,9 @@ func TestPool(t *testing.T) {
 	}
 	if m.Adopt("conv-y", "bash", func(string) (string, error) { return "", nil }) {
 		t.Error("adopted from an empty pool")
+	}
+	// Both new conversations asked: the pool should hold two now.
+	if got := m.PoolTarget("bash", 1, 16); got != 2 {
+		t.Errorf("pool target after two asks: %d", got)
 	}
 }

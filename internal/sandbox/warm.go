@@ -245,8 +245,10 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 			m.mu.Unlock()
 			return false
 		}
-		sb := p[len(p)-1]
-		m.pool[language] = p[:len(p)-1]
+		// The one that waited longest: a sandbox recycled a moment ago
+		// may still be starting its zygote.
+		sb := p[0]
+		m.pool[language] = p[1:]
 		m.mu.Unlock()
 		if sb.dead.Load() {
 			m.discard(sb)
