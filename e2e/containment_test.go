@@ -86,9 +86,13 @@ exit 7`
 	})
 
 	t.Run("the agent and the zygote cannot be opened, read or traced", func(t *testing.T) {
-		// Warm the zygote with a first program, then go after it and the
-		// agent from the next one.
-		runCode(t, cs, map[string]any{"language": "python", "conversationId": "probe", "code": "print(1)"})
+		// Wait for programs to fork from the zygote, then go after it, its
+		// template and the agent from the next one.
+		waitFor(t, func() bool {
+			r := runCode(t, cs, map[string]any{"language": "python", "conversationId": "probe",
+				"code": "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:5])"})
+			return strings.Contains(r.Stdout, "['python3', '-I', '-u', '-B', '/opt/runbox/zygote.py']")
+		})
 		code := `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 me = os.getpid()
@@ -115,8 +119,9 @@ for pid in targets:
         reached.append(f"{pid} memory")
 print(len(targets), reached)`
 		res := runCode(t, cs, map[string]any{"language": "python", "conversationId": "probe", "code": code})
-		if strings.TrimSpace(res.Stdout) != "2 []" {
-			t.Errorf("want the agent and the zygote found and out of reach, got %q %s", res.Stdout, res.Stderr)
+		// The agent, the zygote's template and the zygote.
+		if strings.TrimSpace(res.Stdout) != "3 []" {
+			t.Errorf("want the agent, the template and the zygote found and out of reach, got %q %s", res.Stdout, res.Stderr)
 		}
 		// Signals: the agent is init, the zygote only restarts.
 		res = runCode(t, cs, map[string]any{"language": "bash", "conversationId": "probe",

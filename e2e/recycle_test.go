@@ -114,12 +114,20 @@ except ImportError:
 	}
 	// Its programs fork from a zygote, not the first conversation's: one
 	// spawned afresh from the template, which the signals did not end.
-	z := py("third", `import os
+	zygoteCheck := `import os
+def argv0(p):
+    return open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[0].decode() if p > 0 else ''
+def zygote(p):
+    return argv0(p) == 'python3' and b'zygote.py' in open(f'/proc/{p}/cmdline', 'rb').read()
 z = os.getppid()
 t = int(open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[1])
-print(z, b'zygote.py' in open(f'/proc/{z}/cmdline', 'rb').read(), b'zygote.py' in open(f'/proc/{t}/cmdline', 'rb').read())`, false)
-	zygote, spawned, _ := strings.Cut(strings.TrimSpace(z.Stdout), " ")
-	if zygote == zygoteA || spawned != "True True" {
+print(z, zygote(z), zygote(t))`
+	var z result
+	waitFor(t, func() bool {
+		z = py("third", zygoteCheck, false)
+		return !strings.Contains(z.Stdout, "False")
+	})
+	if zygote, spawned, _ := strings.Cut(strings.TrimSpace(z.Stdout), " "); zygote == zygoteA || spawned != "True True" {
 		t.Errorf("the third conversation's zygote: %q (pid, from a zygote, spawned by a zygote); the first's was %s", z.Stdout, zygoteA)
 	}
 	// The first conversation still has its file, in a sandbox of its own.
@@ -140,11 +148,18 @@ assert libc.shmget(0, 4096, 0o1600) >= 0`},
 soft, hard = resource.prlimit(1, resource.RLIMIT_NOFILE)
 resource.prlimit(1, resource.RLIMIT_NOFILE, (soft - 1, hard))`},
 		{"template-priority", `import os
-for p in os.listdir('/proc'):
-    if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid()) and b'zygote.py' in open(f'/proc/{p}/cmdline', 'rb').read():
-        os.setpriority(os.PRIO_PROCESS, int(p), 19)`},
+z = os.getppid()
+t = int(open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[1])
+assert b'zygote.py' in open(f'/proc/{t}/cmdline', 'rb').read(), 'no template'
+os.setpriority(os.PRIO_PROCESS, t, 19)`},
 	}
 	for _, u := range unfit {
+		// Its programs fork from a zygote first (a sandbox just started
+		// runs its first programs the ordinary way while the zygote starts).
+		waitFor(t, func() bool {
+			r := py(u.name, "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:5])", false)
+			return strings.Contains(r.Stdout, "['python3', '-I', '-u', '-B', '/opt/runbox/zygote.py']")
+		})
 		r := py(u.name, u.code+"\nimport socket\nprint(socket.gethostname())", false)
 		host := strings.TrimSpace(r.Stdout)
 		if r.ExitCode != 0 || host == "" {
