@@ -137,23 +137,33 @@ print(z, zygote(z), zygote(t))`
 
 	// What a reset cannot undo makes a sandbox unfit for another
 	// conversation: that sandbox is removed, not recycled (others may be,
-	// meanwhile).
-	unfit := []struct{ name, code string }{
-		{"ipc", `import ctypes
+	// meanwhile). What it can, it does.
+	probes := []struct {
+		name, code string
+		fit        bool
+	}{
+		{name: "ipc", code: `import ctypes
 libc = ctypes.CDLL(None)
 assert libc.shmget(0, 4096, 0o1600) >= 0`},
 		// The agent and the template outlive a conversation, and what
 		// they start inherits these.
-		{"agent-limit", `import resource
+		{name: "agent-limit", code: `import resource
 soft, hard = resource.prlimit(1, resource.RLIMIT_NOFILE)
 resource.prlimit(1, resource.RLIMIT_NOFILE, (soft - 1, hard))`},
-		{"template-priority", `import os
+		{name: "template-priority", code: `import os
 z = os.getppid()
 t = int(open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[1])
 assert b'zygote.py' in open(f'/proc/{t}/cmdline', 'rb').read(), 'no template'
 os.setpriority(os.PRIO_PROCESS, t, 19)`},
+		// A template a program killed is replaced by a new start, in a
+		// reset that does not wait for the conversation's last program.
+		{name: "template-killed", fit: true, code: `import os, signal
+z = os.getppid()
+t = int(open(f'/proc/{z}/stat').read().rsplit(')', 1)[1].split()[1])
+assert b'zygote.py' in open(f'/proc/{t}/cmdline', 'rb').read(), 'no template'
+os.kill(t, signal.SIGKILL)`},
 	}
-	for _, u := range unfit {
+	for _, u := range probes {
 		// Its programs fork from a zygote first (a sandbox just started
 		// runs its first programs the ordinary way while the zygote starts).
 		waitFor(t, func() bool {
@@ -172,16 +182,26 @@ os.setpriority(os.PRIO_PROCESS, t, 19)`},
 			seen[p] = len(p.out.String())
 		}
 		s.mu.Unlock()
-		py("evicts-"+u.name, "print(1)", false)
-		waitFor(t, func() bool { return !s.containerExists(host) })
-		s.mu.Lock()
-		for _, p := range s.procs {
-			for line := range strings.SplitSeq(p.out.String()[seen[p]:], "\n") {
-				if strings.Contains(line, "recycled a sandbox") && strings.Contains(line, "container="+host) {
-					t.Errorf("%s: an unfit sandbox was recycled: %s", u.name, line)
+		recycled := func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, p := range s.procs {
+				for line := range strings.SplitSeq(p.out.String()[seen[p]:], "\n") {
+					if strings.Contains(line, "recycled a sandbox") && strings.Contains(line, "container="+host) {
+						return true
+					}
 				}
 			}
+			return false
 		}
-		s.mu.Unlock()
+		py("evicts-"+u.name, "print(1)", false)
+		if u.fit {
+			waitFor(t, recycled)
+			continue
+		}
+		waitFor(t, func() bool { return !s.containerExists(host) })
+		if recycled() {
+			t.Errorf("%s: an unfit sandbox was recycled", u.name)
+		}
 	}
 }

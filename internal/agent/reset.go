@@ -67,10 +67,10 @@ func (st *starter) reset() Reset {
 	if err := st.attrs.check(0); err != nil {
 		fail("the agent's %v", err)
 	}
+	// A program may have ended the template (a new one starts) or stopped
+	// it (it is continued); one it changed makes the sandbox unfit.
+	replace := false
 	if t := st.template; t != nil {
-		// A program may have ended the template (a new one starts) or
-		// stopped it (it is continued); one it changed makes the sandbox
-		// unfit.
 		pid := t.processID()
 		if pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
@@ -78,11 +78,7 @@ func (st *starter) reset() Reset {
 				fail("the template's %v", err)
 			}
 		}
-		if pid == 0 || !t.waitReady(0) {
-			t.stop()
-			<-t.done
-			st.template = nil
-		}
+		replace = pid == 0 || !t.waitReady(0)
 	}
 	if r.Clean && st.cfg.Skel != "" {
 		if err := CopyTree(st.cfg.Skel, "/tmp"); err != nil {
@@ -90,6 +86,12 @@ func (st *starter) reset() Reset {
 		}
 	}
 	st.busy.Unlock()
+	if replace {
+		// Without busy: a template being restarted waits for it.
+		st.template.stop()
+		<-st.template.done
+		st.template = nil
+	}
 	st.startZygote()
 	return r
 }

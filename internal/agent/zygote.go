@@ -230,6 +230,11 @@ func (z *zygote) runOnce() error {
 // fd 3, and a channel that receives its end.
 func (z *zygote) launch() (int, *os.File, <-chan syscall.WaitStatus, error) {
 	if t := z.template; t != nil && t.waitReady(0) {
+		// A program may have stopped it; no program runs now (busy is
+		// held), and a stop leaves nothing behind.
+		if pid := t.processID(); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
 		ours, theirs, err := socketPair()
 		if err != nil {
 			return 0, nil, nil, err

@@ -228,8 +228,8 @@ func TestZygoteSpawnedFromTemplate(t *testing.T) {
 	stopped(t, tmpl)
 }
 
-// TestZygoteTemplateStopped: a template that does not answer (a program
-// stopped it) is ended, and the zygote is started the ordinary way.
+// TestZygoteTemplateStopped: a template a program stopped is continued,
+// and spawns the next zygote.
 func TestZygoteTemplateStopped(t *testing.T) {
 	tmpl, z, env := newTestZygote(t)
 	stopped(t, z)
@@ -242,11 +242,35 @@ func TestZygoteTemplateStopped(t *testing.T) {
 	if !next.awaitReady(20 * time.Second) {
 		t.Fatal("the zygote is not ready")
 	}
+	if got := parentOf(t, next.processID()); got != tmpl.processID() {
+		t.Fatalf("the zygote's parent is %d, not the template %d", got, tmpl.processID())
+	}
+}
+
+// TestZygoteTemplateSilent: a template that does not answer a spawn is
+// ended, and the zygote is started the ordinary way.
+func TestZygoteTemplateSilent(t *testing.T) {
+	_, z, env := newTestZygote(t)
+	silent := newZygote([]string{z.command[0], "-c", `import socket, time
+s = socket.socket(fileno=3)  # kept: closed, it would end the template
+s.send(b'{"ready": true}')
+time.sleep(60)`}, env, plainWaiter{}, z.busy, nil)
+	go silent.run()
+	defer stopped(t, silent)
+	if !silent.awaitReady(20 * time.Second) {
+		t.Fatal("the silent template is not ready")
+	}
+	next := newZygote(z.command, env, plainWaiter{}, z.busy, silent)
+	go next.run()
+	defer stopped(t, next)
+	if !next.awaitReady(20 * time.Second) {
+		t.Fatal("the zygote is not ready")
+	}
 	if parentOf(t, next.processID()) != os.Getpid() {
 		t.Fatal("the zygote was not started by the agent")
 	}
 	select {
-	case <-tmpl.done:
+	case <-silent.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the template that did not answer was not ended")
 	}
