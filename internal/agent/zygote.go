@@ -170,9 +170,19 @@ func (z *zygote) run() {
 }
 
 func (z *zygote) runOnce() error {
-	if z.template != nil {
-		// Before busy: the template takes it to start.
-		z.template.awaitReady(zygoteWait)
+	if t := z.template; t != nil {
+		// Before busy: the template takes it to start. A stop, or the
+		// template's end, ends the wait: a reset waits for this zygote.
+		t.mu.Lock()
+		ready := t.readyCh
+		t.mu.Unlock()
+		select {
+		case <-ready:
+		case <-t.done:
+		case <-z.quit:
+			return errZygoteGone
+		case <-time.After(zygoteWait):
+		}
 	}
 	z.busy.Lock()
 	var unlock sync.Once
