@@ -25,6 +25,8 @@ const (
 	// interruptGrace is how long a cell may take to end after SIGINT
 	// before its kernel is killed.
 	interruptGrace = 2 * time.Second
+	// interruptRepeat is how often SIGINT is sent again meanwhile.
+	interruptRepeat = 100 * time.Millisecond
 	// kernelStartTimeout bounds the wait for a new kernel's first word.
 	kernelStartTimeout = 10 * time.Second
 	// kernelMaxMessage bounds one message from a kernel.
@@ -189,10 +191,23 @@ func (c *cell) wait() (ws syscall.WaitStatus, lost bool) {
 func (k *kernel) interrupt(done <-chan struct{}) {
 	_ = syscall.Kill(k.pid, syscall.SIGINT)
 	go func() {
-		select {
-		case <-done:
-		case <-time.After(interruptGrace):
-			k.kill()
+		// Again until the cell is over: between cells the kernel ignores
+		// SIGINT, so one that comes before the cell has set its handler
+		// is lost (the kernel ignores the late ones after a cell, too).
+		tick := time.NewTicker(interruptRepeat)
+		defer tick.Stop()
+		grace := time.NewTimer(interruptGrace)
+		defer grace.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = syscall.Kill(k.pid, syscall.SIGINT)
+			case <-grace.C:
+				k.kill()
+				return
+			}
 		}
 	}()
 }
