@@ -341,6 +341,19 @@ func TestAPIShutdownClosesStreams(t *testing.T) {
 	t.Logf("stream closed and api exited %v after SIGTERM", time.Since(sent))
 }
 
+// waitForZygote waits until a conversation's Python programs fork from
+// the zygote: a sandbox just started runs its first programs the ordinary
+// way while the zygote starts. The parent is told by its own argv (the
+// agent's command line names zygote.py too).
+func waitForZygote(t *testing.T, cs *mcp.ClientSession, conversation string) {
+	t.Helper()
+	waitFor(t, func() bool {
+		r := runCode(t, cs, map[string]any{"language": "python", "conversationId": conversation,
+			"code": "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:5])"})
+		return strings.Contains(r.Stdout, "['python3', '-I', '-u', '-B', '/opt/runbox/zygote.py']")
+	})
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -88,11 +88,7 @@ exit 7`
 	t.Run("the agent and the zygote cannot be opened, read or traced", func(t *testing.T) {
 		// Wait for programs to fork from the zygote, then go after it, its
 		// template and the agent from the next one.
-		waitFor(t, func() bool {
-			r := runCode(t, cs, map[string]any{"language": "python", "conversationId": "probe",
-				"code": "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:5])"})
-			return strings.Contains(r.Stdout, "['python3', '-I', '-u', '-B', '/opt/runbox/zygote.py']")
-		})
+		waitForZygote(t, cs, "probe")
 		code := `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 me = os.getpid()

@@ -166,10 +166,7 @@ os.kill(t, signal.SIGKILL)`},
 	for _, u := range probes {
 		// Its programs fork from a zygote first (a sandbox just started
 		// runs its first programs the ordinary way while the zygote starts).
-		waitFor(t, func() bool {
-			r := py(u.name, "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:5])", false)
-			return strings.Contains(r.Stdout, "['python3', '-I', '-u', '-B', '/opt/runbox/zygote.py']")
-		})
+		waitForZygote(t, cs, u.name)
 		r := py(u.name, u.code+"\nimport socket\nprint(socket.gethostname())", false)
 		host := strings.TrimSpace(r.Stdout)
 		if r.ExitCode != 0 || host == "" {
