@@ -63,11 +63,11 @@ func (m *Manager) recycle(sb *sandbox) {
 // reset asks the agent to reset the sandbox and waits for its answer; a
 // sandbox that does not answer in time is killed.
 func (sb *sandbox) reset() (agent.Reset, error) {
+	timer := time.AfterFunc(resetTimeout, func() { sb.m.kill(sb.id) })
+	defer timer.Stop()
 	if err := sb.conn.Reset(); err != nil {
 		return agent.Reset{}, err
 	}
-	timer := time.AfterFunc(resetTimeout, func() { sb.m.kill(sb.id) })
-	defer timer.Stop()
 	for {
 		msg, err := sb.conn.Recv()
 		if err != nil {

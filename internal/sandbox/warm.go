@@ -179,8 +179,10 @@ func (m *Manager) discard(sb *sandbox) {
 	m.mu.Lock()
 	delete(m.open, sb)
 	m.mu.Unlock()
-	sb.conn.Close()
+	// The attach stream first: a stream's write blocked on it then fails,
+	// and closing the streams never waits for it.
 	sb.attach.Close()
+	sb.conn.Close()
 	m.remove(sb.id)
 }
 
