@@ -110,6 +110,10 @@ type Options struct {
 	Recycle func(conversation string, mounted func(dir string) bool, idleSince time.Time) (slot string, err error)
 	// MaxPool bounds the pool that recycled sandboxes join, per language.
 	MaxPool WarmLimits
+	// Inbound, if set, receives the connections programs make to their
+	// sandbox's proxy listener while it runs a run (streams.go); it owns
+	// each, and must not block for long. Without it they are closed.
+	Inbound func(Inbound)
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.
@@ -127,6 +131,7 @@ type Manager struct {
 	mu      sync.Mutex
 	runners map[string]runbox.Runner // by language
 	live    map[string]struct{}      // containers started and not yet removed
+	open    map[*sandbox]struct{}    // sandboxes started and not yet discarded, in use or not
 	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
 	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
 	demand  *demand                  // how many the pool should hold
@@ -142,7 +147,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
 	return &Manager{
 		docker: docker, opts: opts, log: log,
-		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
+		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
 	}
 }

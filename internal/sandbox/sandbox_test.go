@@ -20,9 +20,26 @@ import (
 
 func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
+	return newManagerOptions(t, func(o *Options) { o.Limits = limits })
+}
+
+// newManagerWith returns a Manager of the default limits, its options
+// changed by change.
+func newManagerWith(t testing.TB, change func(*Options)) *Manager {
+	t.Helper()
+	m, _ := newManagerOptions(t, func(o *Options) {
+		o.Limits = defaultLimits
+		change(o)
+	})
+	return m
+}
+
+func newManagerOptions(t testing.TB, change func(*Options)) (*Manager, *client.Client) {
+	t.Helper()
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: WarmLimits{Default: 8},
-		ImageTag: os.Getenv("RUNNER_TAG")})
+	opts := Options{ExecutorID: "test-" + rand.Text()[:8], MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")}
+	change(&opts)
+	m := NewManager(docker, opts)
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)

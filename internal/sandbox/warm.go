@@ -47,6 +47,8 @@ type sandbox struct {
 	dataDir  string
 	idleFrom time.Time
 	dead     atomic.Bool // its attach stream ended
+	// running is the run it runs, while it does (streams.go).
+	running atomic.Pointer[runTag]
 }
 
 // take returns the conversation's idle sandbox, if it still mounts the
@@ -174,7 +176,13 @@ func ParseWarmLimits(s string) (WarmLimits, error) {
 
 // discard removes a sandbox for good.
 func (m *Manager) discard(sb *sandbox) {
+	m.mu.Lock()
+	delete(m.open, sb)
+	m.mu.Unlock()
+	// The attach stream first: a stream's write blocked on it then fails,
+	// and closing the streams never waits for it.
 	sb.attach.Close()
+	sb.conn.Close()
 	m.remove(sb.id)
 }
 
@@ -266,7 +274,9 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 			m.mu.Unlock()
 			return false
 		}
+		m.mu.Lock()
 		sb.key, sb.dataDir = warmKey{conversation: conversation, language: language}, dir
+		m.mu.Unlock()
 		m.park(sb)
 		return true
 	}
