@@ -37,7 +37,15 @@ func (m *Manager) recycle(sb *sandbox) {
 		return
 	}
 	reset := time.Since(begin)
-	slot, err := m.opts.Recycle(sb.key.conversation, func(dir string) bool {
+	cid := sb.key.conversation
+	// Asked under the folder's lock: no other sandbox of the conversation
+	// may mount the folder about to become a slot. A run that starts
+	// meanwhile marks the folder used first (files.Folders.Ensure), which
+	// Recycle sees.
+	slot, err := m.opts.Recycle(cid, func(dir string) bool {
+		if m.HasSandbox(cid) {
+			return false
+		}
 		id, err := dirID(dir)
 		return err == nil && id == sb.data
 	}, sb.idleFrom)

@@ -128,6 +128,7 @@ type Manager struct {
 	runners map[string]runbox.Runner // by language
 	live    map[string]struct{}      // containers started and not yet removed
 	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
+	held    map[string]int           // conversations with runs under way here (Hold), and how many
 	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
 	demand  *demand                  // how many the pool should hold
 }
@@ -142,7 +143,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
 	return &Manager{
 		docker: docker, opts: opts, log: log,
-		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
+		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{}, held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
 	}
 }
@@ -204,6 +205,9 @@ type Request struct {
 	DataDir string
 	// KeepState runs Python code in the sandbox's kept interpreter.
 	KeepState bool
+	// OnStart, if set, is called once the program has been handed to the
+	// sandbox's agent: it runs from then on.
+	OnStart func()
 }
 
 // Stream names an output stream.
