@@ -42,7 +42,14 @@ func (m *Manager) recycle(sb *sandbox) {
 		return
 	}
 	reset := time.Since(begin)
+	// Asked under the folder's lock: no other sandbox of the conversation
+	// may mount the folder about to become a slot. A run that starts
+	// meanwhile marks the folder used first (files.Folders.Ensure), which
+	// Recycle sees.
 	slot, err := m.opts.Recycle(conv, func(dir string) bool {
+		if m.HasSandbox(conv) {
+			return false
+		}
 		id, err := dirID(dir)
 		return err == nil && id == sb.data
 	}, sb.idleFrom)

@@ -22,6 +22,9 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState}); err != nil {
 		return Outcome{}, fmt.Errorf("send program: %w", err)
 	}
+	if req.OnStart != nil {
+		req.OnStart()
+	}
 	// Input must never reach the sandbox's next program: the gate closes
 	// when this run ends, whatever the reader is still waiting for.
 	gate := &stdinGate{open: true}

@@ -133,6 +133,7 @@ type Manager struct {
 	live    map[string]struct{}      // containers started and not yet removed
 	open    map[*sandbox]struct{}    // sandboxes started and not yet discarded, in use or not
 	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
+	held    map[string]int           // conversations with runs under way here (Hold), and how many
 	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
 	demand  *demand                  // how many the pool should hold
 }
@@ -148,6 +149,7 @@ func NewManager(docker Docker, opts Options) *Manager {
 	return &Manager{
 		docker: docker, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
+		held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
 	}
 }
@@ -209,6 +211,9 @@ type Request struct {
 	DataDir string
 	// KeepState runs Python code in the sandbox's kept interpreter.
 	KeepState bool
+	// OnStart, if set, is called once the program has been handed to the
+	// sandbox's agent: it runs from then on.
+	OnStart func()
 }
 
 // Stream names an output stream.
