@@ -286,8 +286,8 @@ type FileInput struct {
 
 // CommitInput are commit_and_push_to_github's arguments.
 type CommitInput struct {
-	RepoID string `json:"repo_id" jsonschema:"the repository, as the operator named it"`
-	Branch string `json:"branch" jsonschema:"the branch to commit to, made from the base branch when new; it must match the repository's allowed patterns and cannot be the base branch"`
+	RepoID string      `json:"repo_id" jsonschema:"the repository, as the operator named it"`
+	Branch string      `json:"branch" jsonschema:"the branch to commit to, made from the base branch when new; it must match the repository's allowed patterns and cannot be the base branch"`
 	Files  []FileInput `json:"files,omitempty" jsonschema:"the files to commit (at most 10, each at most 500 KB); or conversationId and paths instead"`
 	// runbox's addition: files of a conversation's /data.
 	ConversationID string   `json:"conversationId,omitempty" jsonschema:"commit files of this conversation's /data (with paths) instead of files"`
