@@ -49,6 +49,11 @@ func (f *giteaForge) Check(ctx context.Context) (Access, error) {
 	if err != nil {
 		return Access{}, err
 	}
+	if _, resp, err := c.AdminListUsers(gitea.AdminListUsersOptions{ListOptions: gitea.ListOptions{PageSize: 1}}); err == nil {
+		return Access{}, &TooBroadError{Repo: f.repo.ID, Why: "it reaches the site's admin API; use a token of a user that is not a site administrator"}
+	} else if resp == nil || (resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized) {
+		return Access{}, giteaError("check", resp, err)
+	}
 	repo, resp, err := c.GetRepo(f.repo.Owner, f.repo.Name)
 	if err != nil {
 		return Access{}, giteaError("check", resp, err)
@@ -56,11 +61,6 @@ func (f *giteaForge) Check(ctx context.Context) (Access, error) {
 	if repo.Permissions != nil && repo.Permissions.Admin {
 		return Access{}, &TooBroadError{Repo: f.repo.ID,
 			Why: "its user administers the repository (it could delete it or change its settings); use a user that is a collaborator with write access"}
-	}
-	if _, resp, err := c.AdminListUsers(gitea.AdminListUsersOptions{ListOptions: gitea.ListOptions{PageSize: 1}}); err == nil {
-		return Access{}, &TooBroadError{Repo: f.repo.ID, Why: "it reaches the site's admin API; use a token of a user that is not a site administrator"}
-	} else if resp == nil || (resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized) {
-		return Access{}, giteaError("check", resp, err)
 	}
 	if err := f.git.canPush(ctx); err != nil {
 		return Access{}, err

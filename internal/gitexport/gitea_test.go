@@ -626,3 +626,38 @@ func elevenFiles() []map[string]any {
 	}
 	return out
 }
+
+// TestGiteaTokenChecks: a token that may do more than push to its
+// repository stops the api at start, with a line saying which and why.
+func TestGiteaTokenChecks(t *testing.T) {
+	f := startForge(t)
+	owner := f.Token("owner", "write:repository")
+	for _, tt := range []struct{ name, token, want string }{
+		{"the repository owner's", owner, "its user administers the repository"},
+		{"a site administrator's", f.AdminToken, "it reaches the site's admin API"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
+				f.RepoURL("owner", "reports"), tt.token))
+			_, err := startService(t, map[string]string{"GIT_REPOS_FILE": file})
+			if err == nil || !strings.Contains(err.Error(), "git repository reports: its token is refused: "+tt.want) {
+				t.Fatalf("start: %v", err)
+			}
+			if strings.Contains(err.Error(), tt.token) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("the error %q holds the token or several lines", err)
+			}
+		})
+	}
+	t.Run("a revoked token", func(t *testing.T) {
+		file := writeFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
+			f.RepoURL("owner", "reports"), "0123456789abcdef0123456789abcdef01234567"))
+		svc, err := startService(t, map[string]string{"GIT_REPOS_FILE": file})
+		if err != nil {
+			t.Fatal(err) // logged and shown in /readyz: one expired token does not stop the service
+		}
+		cs := testenv.Session(t, svc.url+"/mcp", aliceToken, nil)
+		wantError(t, cs, "commit_and_push_to_github", "GITHUB_AUTH_FAILED", map[string]any{
+			"repo_id": "reports", "branch": "runbox/x", "commit_message": "m", "files": []map[string]any{{"path": "a", "content": "x"}},
+		})
+	})
+}
