@@ -197,7 +197,9 @@ func TestGitHub(t *testing.T) {
 
 	t.Run("a fine-grained token that may push: commit, pull request, read", func(t *testing.T) {
 		svc := newService(forge.botWrite)
-		gh.set(func(f *fakeGitHub) { f.expiration = time.Now().Add(30 * 24 * time.Hour).UTC().Format("2006-01-02 15:04:05 MST") })
+		gh.set(func(f *fakeGitHub) {
+			f.expiration = time.Now().Add(30 * 24 * time.Hour).UTC().Format("2006-01-02 15:04:05 MST")
+		})
 		if err := svc.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
