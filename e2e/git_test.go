@@ -2,11 +2,7 @@ package e2e
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,8 +21,7 @@ func TestGitExport(t *testing.T) {
 	g.CreateRepo("owner", "reports")
 	g.AddCollaborator("owner", "reports", "bot", "write")
 	forgeToken := g.Token("bot", "write:repository")
-	repos := filepath.Join(t.TempDir(), "repos.yaml")
-	if err := os.WriteFile(repos, []byte(fmt.Sprintf(`
+	repos := testenv.WriteFile(t, "repos.yaml", fmt.Sprintf(`
 author: {name: runbox e2e, email: e2e@example.com}
 repos:
   reports:
@@ -35,9 +30,7 @@ repos:
     token: %s
     allowed_branches: ["runbox/*"]
     clients: [default]
-`, g.RepoURL("owner", "reports"), forgeToken)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, g.RepoURL("owner", "reports"), forgeToken))
 	s := start(t, options{env: []string{"GIT_REPOS_FILE=" + repos}})
 	cs := s.session(nil)
 
@@ -115,14 +108,7 @@ print("done")
 		t.Errorf("the chart read back: binary %v, %d bytes", read.Binary, len(png))
 	}
 
-	resp, err := http.Get(s.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ready map[string]string
-	json.NewDecoder(resp.Body).Decode(&ready)
-	resp.Body.Close()
-	if ready["git"] != "ok" {
+	if _, ready := testenv.Ready(t, s.url); ready["git"] != "ok" {
 		t.Errorf("readyz %v", ready)
 	}
 	for _, p := range s.procs {

@@ -15,7 +15,7 @@ if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "version $version "; 
   exit 0
 fi
 command -v gcc >/dev/null || { echo "gitea: a C compiler is needed (SQLite uses cgo): apt-get install gcc" >&2; exit 1; }
-echo "gitea: building Gitea $version into $bin (about 6 minutes on 2 cores)" >&2
+echo "gitea: building Gitea $version into $bin (5 to 12 minutes on 2 cores)" >&2
 mkdir -p "$(dirname "$bin")"
 cd "$dir"
 tags="sqlite sqlite_unlock_notify"

@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -76,18 +74,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func writeFile(t *testing.T, name, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func (f *forge) reposFile(t *testing.T) string {
 	t.Helper()
-	return writeFile(t, "repos.yaml", fmt.Sprintf(`
+	return testenv.WriteFile(t, "repos.yaml", fmt.Sprintf(`
 author: {name: Runbox Test, email: runbox-test@example.com}
 repos:
   reports:
@@ -107,13 +96,13 @@ repos:
     url: %s
     token: %s
     clients: [alice]
-`, f.RepoURL("owner", "reports"), f.botWrite, f.RepoURL("owner", "other"), writeFile(t, "other.token", f.botWrite+"\n"),
+`, f.RepoURL("owner", "reports"), f.botWrite, f.RepoURL("owner", "other"), testenv.WriteFile(t, "other.token", f.botWrite+"\n"),
 		f.RepoURL("owner", "locked"), f.botRead))
 }
 
 func startService(t *testing.T, env map[string]string) (*service, error) {
 	t.Helper()
-	clientsFile := writeFile(t, "clients.yaml", `
+	clientsFile := testenv.WriteFile(t, "clients.yaml", `
 tiers: {tiny: {calls_per_minute: 3}}
 clients: [{name: carol, token: `+carolToken+`, tier: tiny}]
 `)
@@ -523,15 +512,8 @@ func TestGitea(t *testing.T) {
 			t.Error("the branch was made")
 		}
 		// /readyz says so too.
-		resp, err := http.Get(svc.url + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ready map[string]string
-		json.NewDecoder(resp.Body).Decode(&ready)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || ready["git"] != "unavailable" || ready["redis"] != "ok" {
-			t.Errorf("readyz %d %v", resp.StatusCode, ready)
+		if status, ready := testenv.Ready(t, svc.url); status != http.StatusServiceUnavailable || ready["git"] != "unavailable" || ready["redis"] != "ok" {
+			t.Errorf("readyz %d %v", status, ready)
 		}
 	})
 
@@ -637,7 +619,7 @@ func TestGiteaTokenChecks(t *testing.T) {
 		{"a site administrator's", f.AdminToken, "it reaches the site's admin API"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			file := writeFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
+			file := testenv.WriteFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
 				f.RepoURL("owner", "reports"), tt.token))
 			_, err := startService(t, map[string]string{"GIT_REPOS_FILE": file})
 			if err == nil || !strings.Contains(err.Error(), "git repository reports: its token is refused: "+tt.want) {
@@ -649,7 +631,7 @@ func TestGiteaTokenChecks(t *testing.T) {
 		})
 	}
 	t.Run("a revoked token", func(t *testing.T) {
-		file := writeFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
+		file := testenv.WriteFile(t, "repos.yaml", fmt.Sprintf("repos:\n  reports: {forge: gitea, url: %s, token: %s, clients: [alice]}\n",
 			f.RepoURL("owner", "reports"), "0123456789abcdef0123456789abcdef01234567"))
 		svc, err := startService(t, map[string]string{"GIT_REPOS_FILE": file})
 		if err != nil {
