@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds Gitea (the forge the git-export tests run against) from its Go
 # module into $(go env GOPATH)/bin/gitea, unless that binary is already
-# this version. SQLite needs cgo; the build takes about six minutes on
-# two cores, so it is skipped whenever it can be.
+# this version. SQLite needs cgo; the build takes 5 to 12 minutes on two
+# cores (5.4 min of CPU), so it is skipped whenever it can be.
 #
 # Usage: deploy/gitea/install.sh
 set -eu

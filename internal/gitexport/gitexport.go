@@ -461,7 +461,7 @@ func (s *Service) checkBranch(r *repo, branch string, write bool) error {
 // messages checks the commit message and the pull request's title (the
 // message's first line when none is given).
 func messages(in CommitInput) (message, title string, err error) {
-	message = strings.TrimSpace(in.CommitMessage)
+	message = strings.TrimSpace(strings.ReplaceAll(in.CommitMessage, "\r\n", "\n"))
 	switch {
 	case message == "":
 		return "", "", runbox.Errorf(runbox.EInvalid, "commit_message is required")

@@ -150,6 +150,7 @@ func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 	}
 	defer os.RemoveAll(dir)
 	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
+	defer st.Close()
 	if err := g.fetchCommit(ctx, st, start); err != nil {
 		return "", err
 	}
