@@ -9,6 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +139,13 @@ clients: [{name: carol, token: `+carolToken+`, tier: tiny}]
 	select {
 	case addr := <-ready:
 		s.url = "http://" + addr
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			if t.Failed() {
+				t.Logf("--- api ---\n%s", s.logs.String())
+			}
+		})
 		return s, nil
 	case err := <-done:
 		cancel()
@@ -457,6 +466,61 @@ func TestGitea(t *testing.T) {
 		wantError(t, alice, "read_github_file", "NOT_FOUND", map[string]any{"repo_id": "reports", "file_path": "docs", "branch": "runbox/q3-report"})
 	})
 
+	t.Run("trees git itself accepts, commits racing on one branch", func(t *testing.T) {
+		// Names that sort differently as git orders a tree (a folder as
+		// if it ended in '/') than as plain strings.
+		mustCall(t, alice, "commit_and_push_to_github", map[string]any{
+			"repo_id": "reports", "branch": "runbox/race", "commit_message": "Names around a folder",
+			"files": []map[string]any{
+				{"path": "docs.md", "content": "x"}, {"path": "docs-old.txt", "content": "y"}, {"path": "docs/a", "content": "z"},
+				{"path": "docs/a.b/c", "content": "w"}, {"path": "docs/a-b", "content": "v"},
+			},
+		})
+		// Three commits at once to one branch: each is built on the tip it
+		// fetched, the forge refuses all but one, and the others are built
+		// again on the new tip. None is lost.
+		var wg sync.WaitGroup
+		errs := make(chan string, 3)
+		for i := range 3 {
+			wg.Go(func() {
+				out, isErr := call(t, alice, "commit_and_push_to_github", map[string]any{
+					"repo_id": "reports", "branch": "runbox/race", "commit_message": fmt.Sprintf("writer %d", i),
+					"files": []map[string]any{{"path": fmt.Sprintf("race/%d.txt", i), "content": fmt.Sprint(i)}},
+				})
+				if isErr {
+					errs <- fmt.Sprint(out)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		dir := t.TempDir()
+		clone := strings.Replace(f.RepoURL("owner", "reports"), "http://", "http://site-admin:"+f.AdminToken+"@", 1)
+		for _, args := range [][]string{
+			{"clone", "--quiet", "--branch", "runbox/race", clone, dir},
+			{"-C", dir, "fsck", "--strict", "--no-dangling"},
+		} {
+			if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+				t.Fatalf("git %s: %v\n%s", args[0], err, out)
+			}
+		}
+		out, err := exec.Command("git", "-C", dir, "log", "--format=%s", "origin/main..HEAD").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if log := strings.Split(strings.TrimSpace(string(out)), "\n"); len(log) != 4 {
+			t.Errorf("history of the branch: %q", out)
+		}
+		for i := range 3 {
+			if b, err := os.ReadFile(filepath.Join(dir, "race", fmt.Sprintf("%d.txt", i))); err != nil || string(b) != fmt.Sprint(i) {
+				t.Errorf("race/%d.txt: %q %v", i, b, err)
+			}
+		}
+	})
+
 	refusals := []struct {
 		name string
 		code string
@@ -561,7 +625,7 @@ func TestGitea(t *testing.T) {
 				t.Errorf("no refused call with %s in the log (%v)", tt.code, ends)
 			}
 		}
-		if ends[""] != 3 || ends["PERMISSION_DENIED"] != 1 {
+		if ends[""] != 3+4 || ends["PERMISSION_DENIED"] != 1 {
 			t.Errorf("ends by code: %v", ends)
 		}
 		if len(pushes) < 4 {

@@ -187,22 +187,20 @@ func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 	req := packp.NewReferenceUpdateRequestFromCapabilities(adv.Capabilities)
 	req.Commands = []*packp.Command{{Name: branchRef, Old: old, New: sha}}
 	req.Packfile = io.NopCloser(&pack)
+	// The report comes with the error it holds: a ref update refused
+	// with a sound pack is a branch that moved (or was made) meanwhile
+	// ("stale info", "fetch first", "failed to update ref", as each
+	// server words it).
 	report, err := sess.ReceivePack(ctx, req)
-	if err != nil {
-		return "", gitError("push", err)
+	switch {
+	case err == nil:
+		return sha.String(), nil
+	case report != nil && report.UnpackStatus == "ok":
+		return "", fmt.Errorf("%w (%v)", errMoved, err)
+	case report != nil:
+		return "", &forgeError{op: "push", err: fmt.Errorf("the forge refused the pack: %w", err)}
 	}
-	if report != nil {
-		if err := report.Error(); err != nil {
-			// A ref update refused with a sound pack is a branch that
-			// moved (or was made) meanwhile: "stale info", "fetch
-			// first", "failed to lock", as each server words it.
-			if report.UnpackStatus == "ok" {
-				return "", fmt.Errorf("%w (%v)", errMoved, err)
-			}
-			return "", fmt.Errorf("the forge refused the pack: %w", err)
-		}
-	}
-	return sha.String(), nil
+	return "", gitError("push", err)
 }
 
 // fetchCommit fetches one commit and its tree (depth 1) into st.
