@@ -108,6 +108,27 @@ print("done")
 		t.Errorf("the chart read back: binary %v, %d bytes", read.Binary, len(png))
 	}
 
+	// A program cannot hand over what is outside its /data: links out,
+	// and anything but a regular file, are not read.
+	r = runCode(t, cs, map[string]any{"language": "bash", "conversationId": "weekly",
+		"code": "ln -s /etc/passwd /data/passwd && ln -s /proc/self/environ /data/environ && mkfifo /data/fifo && echo ok"})
+	if !r.Success {
+		t.Fatalf("links: %+v", r)
+	}
+	for _, p := range []string{"passwd", "environ", "fifo"} {
+		var e toolError
+		res := call(t, cs, "commit_and_push_to_github", map[string]any{
+			"repo_id": "reports", "branch": "runbox/escape", "conversationId": "weekly", "paths": []string{p}, "commit_message": "m",
+		}, &e)
+		if !res.IsError || e.Error != "NOT_FOUND" || strings.Contains(e.Message, "/etc") || strings.Contains(e.Message, s.root) {
+			t.Errorf("%s: %s", p, text(res))
+		}
+	}
+	var branch map[string]any
+	if g.API("GET", "/repos/owner/reports/branches/runbox/escape", g.AdminToken, nil, &branch) != 404 {
+		t.Error("a link out of /data was committed")
+	}
+
 	if _, ready := testenv.Ready(t, s.url); ready["git"] != "ok" {
 		t.Errorf("readyz %v", ready)
 	}
