@@ -19,7 +19,7 @@ echo "gitea: building Gitea $version into $bin (5 to 12 minutes on 2 cores)" >&2
 mkdir -p "$(dirname "$bin")"
 cd "$dir"
 tags="sqlite sqlite_unlock_notify"
-CGO_ENABLED=1 $GO build -trimpath -tags "$tags" \
+CGO_ENABLED=1 $GO build -trimpath -buildvcs=false -tags "$tags" \
   -ldflags "-s -w -X 'main.Version=$version' -X 'main.Tags=$tags'" \
   -o "$bin.tmp" code.gitea.io/gitea
 mv "$bin.tmp" "$bin"
