@@ -25,6 +25,19 @@ const (
 	EInternal         = "internal"
 )
 
+// The security gateway's codes, which its tools (the git tools) answer
+// with, as its clients expect them.
+const (
+	EInvalidRepo       = "INVALID_REPO"
+	EInvalidBranch     = "INVALID_BRANCH"
+	EPathTraversal     = "PATH_TRAVERSAL"
+	EFileSizeExceeded  = "FILE_SIZE_EXCEEDED"
+	EGitHubAuthFailed  = "GITHUB_AUTH_FAILED"
+	EPermissionDenied  = "PERMISSION_DENIED"
+	ERateLimitExceeded = "RATE_LIMIT_EXCEEDED"
+	EGatewayQuota      = "QUOTA_EXCEEDED"
+)
+
 // Error is an error a client may see: a code and one sentence that names no
 // host path and no secret. Anything else that reaches an edge is reported as
 // EInternal and logged.

@@ -42,12 +42,15 @@ type Server struct {
 	// stopping ends when the api stops: callers that go then do not
 	// cancel their runs.
 	stopping context.Context
+	// codes rename error codes, by tool, for the tools of families that
+	// speak another specification's dialect (AddTool).
+	codes map[string]map[string]string
 }
 
 // New builds the MCP server with every tool.
 // stopping ends when the api stops.
 func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
-	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping}
+	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping, codes: map[string]map[string]string{}}
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
