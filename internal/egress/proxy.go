@@ -163,14 +163,18 @@ type Run struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	used   atomic.Int64 // bytes in + out
-	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	grant   Patterns
+	mu    sync.Mutex
+	grant Patterns
+	// gen counts the grants; conns holds the open connections by the
+	// grant they came under, and served the goroutines serving the
+	// current one, so that Allow ends only what came before it.
+	gen     int
+	conns   map[io.Closer]int
+	served  *sync.WaitGroup
 	records []runbox.Egress
 	dropped int
 	taken   int // client connections
-	conns   map[io.Closer]struct{}
 	closed  bool
 }
 
@@ -178,7 +182,8 @@ type Run struct {
 // each connection as it ends or is refused.
 func (p *Proxy) Open(id string, grant Patterns, record func(runbox.Egress)) *Run {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Run{p: p, id: id, record: record, ctx: ctx, cancel: cancel, grant: grant, conns: map[io.Closer]struct{}{}}
+	r := &Run{p: p, id: id, record: record, ctx: ctx, cancel: cancel, grant: grant, conns: map[io.Closer]int{},
+		served: &sync.WaitGroup{}}
 	r.tr = &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			host, port, err := net.SplitHostPort(addr)
@@ -210,9 +215,12 @@ func (p *Proxy) Open(id string, grant Patterns, record func(runbox.Egress)) *Run
 func (r *Run) Allow(grant Patterns) {
 	r.mu.Lock()
 	r.grant = grant
+	gen, served := r.gen, r.served
+	r.gen++
+	r.served = &sync.WaitGroup{}
 	r.mu.Unlock()
-	r.endConns()
-	r.waitServed()
+	r.endConns(gen)
+	r.waitServed(served)
 }
 
 // Close ends the run's connections and returns what it recorded. Later
@@ -225,11 +233,12 @@ func (r *Run) Close() []runbox.Egress {
 	r.p.mu.Unlock()
 	r.mu.Lock()
 	r.closed = true
+	gen, served := r.gen, r.served
 	r.mu.Unlock()
 	r.cancel()
-	r.endConns()
+	r.endConns(gen)
 	r.tr.CloseIdleConnections()
-	r.waitServed()
+	r.waitServed(served)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dropped > 0 {
@@ -238,11 +247,14 @@ func (r *Run) Close() []runbox.Egress {
 	return append([]runbox.Egress(nil), r.records...)
 }
 
-func (r *Run) endConns() {
+// endConns closes the connections that came under grant gen or before.
+func (r *Run) endConns(gen int) {
 	r.mu.Lock()
 	conns := make([]io.Closer, 0, len(r.conns))
-	for c := range r.conns {
-		conns = append(conns, c)
+	for c, g := range r.conns {
+		if g <= gen {
+			conns = append(conns, c)
+		}
 	}
 	r.mu.Unlock()
 	for _, c := range conns {
@@ -250,9 +262,9 @@ func (r *Run) endConns() {
 	}
 }
 
-func (r *Run) waitServed() {
+func (r *Run) waitServed(served *sync.WaitGroup) {
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() { served.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(closeWait):
@@ -283,7 +295,7 @@ func (r *Run) track(c io.Closer) bool {
 	if r.closed {
 		return false
 	}
-	r.conns[c] = struct{}{}
+	r.conns[c] = r.gen
 	return true
 }
 
@@ -306,9 +318,10 @@ func (p *Proxy) Serve(id string, c net.Conn) {
 	r.mu.Lock()
 	r.taken++
 	over := r.taken > r.p.s.MaxConnections
-	r.wg.Add(1)
+	served := r.served
+	served.Add(1)
 	r.mu.Unlock()
-	go r.serve(c, over)
+	go r.serve(c, over, served)
 }
 
 // refuseRun answers a connection of a run that asked for no network.
@@ -330,8 +343,8 @@ type target struct {
 
 // serve reads requests from a program's connection until it closes, a
 // tunnel ends it, or a request is refused.
-func (r *Run) serve(c net.Conn, over bool) {
-	defer r.wg.Done()
+func (r *Run) serve(c net.Conn, over bool, served *sync.WaitGroup) {
+	defer served.Done()
 	idle := newActivity(r.p.s.IdleTimeout)
 	idle.add(c)
 	defer idle.stop()
@@ -776,16 +789,20 @@ func (u *upstream) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write counts p before it goes: past the run's bytes it does not, and
+// a Close that races the write's return still records it.
 func (u *upstream) Write(p []byte) (int, error) {
-	n, err := u.Conn.Write(p)
-	u.count(0, int64(n))
-	return n, err
+	if u.count(0, int64(len(p))) {
+		return 0, net.ErrClosed
+	}
+	return u.Conn.Write(p)
 }
 
-// count adds what crossed; past the run's bytes, the connection is cut.
-func (u *upstream) count(in, out int64) {
+// count adds what crossed; past the run's bytes, the connection is cut,
+// and count says so.
+func (u *upstream) count(in, out int64) bool {
 	if in+out == 0 {
-		return
+		return false
 	}
 	u.act.touch()
 	u.mu.Lock()
@@ -797,7 +814,9 @@ func (u *upstream) count(in, out int64) {
 		u.rec.Reason = fmt.Sprintf("cut at the run's limit of %d bytes", u.r.p.s.MaxBytes)
 		u.mu.Unlock()
 		u.Conn.Close()
+		return true
 	}
+	return false
 }
 
 func (u *upstream) Close() error {
