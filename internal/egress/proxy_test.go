@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
 // fixture is a proxy with real servers on loopback behind mapped names:
@@ -110,6 +109,18 @@ func newFixture(t *testing.T, change func(*Settings)) *fixture {
 	return f
 }
 
+// freePort returns a port nothing listens on (testenv's, which this
+// package cannot import: testenv reads the configuration, which reads it).
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 func port(t *testing.T, u string) int {
 	t.Helper()
 	pu, err := url.Parse(u)
@@ -195,7 +206,7 @@ func TestProxyAllows(t *testing.T) {
 
 func TestProxyRefuses(t *testing.T) {
 	f := newFixture(t, nil)
-	redis := testenv.FreePort(t)
+	redis := freePort(t)
 	for _, tt := range []struct {
 		name, request, host, reason string
 	}{
