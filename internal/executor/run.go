@@ -13,8 +13,10 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/packages"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -112,8 +114,8 @@ type runState struct {
 	failure error // a service error, logged
 }
 
-func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) runState {
-	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
+func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) (st runState) {
+	st = runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
 		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}}
 	fail := func(err error, msg string) runState {
 		st.failure = err
@@ -121,6 +123,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		st.result.Error = msg
 		st.events = append(st.events, runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
 		return st
+	}
+	network, err := e.openEgress(ctx, id, spec, log)
+	if err != nil {
+		return fail(err, "the run's network could not be set up")
+	}
+	if network != nil {
+		// Whatever the ending, its connections end with it and are listed.
+		defer func() { st.result.Egress = network.Close() }()
 	}
 
 	// A new conversation takes a sandbox that is started already; so does
@@ -175,12 +185,33 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 			log.Warn("publish output", "err", err)
 		}
 	})
+	var (
+		oc     sandbox.Outcome
+		runErr error
+	)
+	if len(spec.Packages) > 0 {
+		ioc, msg, err := e.install(ctx, id, spec, dir)
+		if msg != "" {
+			return fail(err, msg)
+		}
+		oc = ioc
+		installed, err := packages.Installed(dir, spec.Language)
+		if err != nil {
+			log.Warn("list the installed packages", "err", err)
+		}
+		st.result.Packages = installed
+		if network != nil {
+			// The program reaches only what it asked for.
+			grant, _ := egress.ParsePatterns(spec.Domains())
+			network.Allow(grant)
+		}
+	}
 	req := sandbox.Request{
 		RunID:          id,
 		ConversationID: spec.ConversationID,
 		Language:       spec.Language,
 		Code:           spec.Code,
-		Env:            spec.Env,
+		Env:            e.programEnv(spec),
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 		KeepState:      spec.KeepState,
@@ -192,7 +223,9 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
-	oc, runErr := e.sandboxes.Run(ctx, req, out.write)
+	if !oc.Cancelled { // a cancelled install is the run's end
+		oc, runErr = e.sandboxes.Run(ctx, req, out.write)
+	}
 	out.flush()
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()

@@ -26,6 +26,8 @@ type toolInfo struct {
 	readOnly    bool
 	destructive bool
 	idempotent  bool
+	// egress: its programs may ask to reach outside the service.
+	egress bool
 }
 
 func schemaOf[T any]() *jsonschema.Schema {
@@ -37,8 +39,8 @@ func schemaOf[T any]() *jsonschema.Schema {
 }
 
 var tools = map[string]toolInfo{
-	"run_code":       {out: schemaOf[runbox.Result](), destructive: true},
-	"start_run":      {out: schemaOf[Started](), destructive: true},
+	"run_code":       {out: schemaOf[runbox.Result](), destructive: true, egress: true},
+	"start_run":      {out: schemaOf[Started](), destructive: true, egress: true},
 	"get_run":        {out: schemaOf[runs.Progress](), readOnly: true, idempotent: true},
 	"cancel_run":     {out: schemaOf[Cancelled](), destructive: true, idempotent: true},
 	"list_runs":      {out: schemaOf[RunList](), readOnly: true, idempotent: true},
@@ -57,20 +59,21 @@ var tools = map[string]toolInfo{
 var toolErrorSchema = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{schemaOf[ToolError](), schemaOf[PRDError]()}}
 
 // describe adds the output schema and annotations of its tool to t.
-func describe(t *mcpsdk.Tool) *mcpsdk.Tool {
+func (s *Server) describe(t *mcpsdk.Tool) *mcpsdk.Tool {
 	info, ok := tools[t.Name]
 	if !ok {
 		panic("mcp: tool " + t.Name + " is not described")
 	}
 	t.OutputSchema = &jsonschema.Schema{Type: "object", AnyOf: []*jsonschema.Schema{info.out, toolErrorSchema}}
-	destructive, closed := info.destructive, false
+	// No tool reaches outside the service but a program that asked for
+	// network, where the operator lets clients ask (SANDBOX_EGRESS_ALLOW,
+	// egress_domains).
+	destructive, open := info.destructive, info.egress && s.runs.Limits().EgressReachable
 	t.Annotations = &mcpsdk.ToolAnnotations{
 		ReadOnlyHint:    info.readOnly,
 		DestructiveHint: &destructive,
 		IdempotentHint:  info.idempotent,
-		// Programs have no network, and no tool reaches outside the
-		// service.
-		OpenWorldHint: &closed,
+		OpenWorldHint:   &open,
 	}
 	return t
 }
