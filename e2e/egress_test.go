@@ -30,7 +30,7 @@ import (
 // under names SANDBOX_EGRESS_HOSTS maps, never a mock of the proxy.
 type world struct {
 	files, secure, pypi, npm int // ports
-	index                        *packageIndex
+	index                    *packageIndex
 }
 
 // loopback serves h on a port of the kernel's choosing.

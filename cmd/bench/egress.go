@@ -83,7 +83,7 @@ func egressRows(ctx context.Context, binDir string, n int, warm *bench.Stats) ([
 	}
 	defer cs.Close()
 	res, err := bench.RunCode(ctx, cs, map[string]any{"language": "python", "conversationId": "bench-egress",
-		"code": fmt.Sprintf(getTimer, fmt.Sprintf("http://files.bench:%d/", port), gets),
+		"code":    fmt.Sprintf(getTimer, fmt.Sprintf("http://files.bench:%d/", port), gets),
 		"network": map[string]any{"allowed_domains": []string{"files.bench"}}}, nil)
 	if err != nil {
 		return nil, err

@@ -305,6 +305,21 @@ func defaultBaseURL(published, addr string) string {
 // largest upload, and its envelope.
 func (c *Config) MaxMCPBody() int64 { return c.MaxUpload*4/3 + 1<<20 }
 
+// EgressReachable reports whether any client may ask its runs to reach
+// anything: SANDBOX_EGRESS_ALLOW, or a tier's egress_domains, names a
+// domain.
+func (c *Config) EgressReachable() bool {
+	if len(c.Egress.Allow) > 0 {
+		return true
+	}
+	for _, cl := range c.Clients {
+		if len(cl.Tier.EgressDomains) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.
 func (c *Config) MaxTimeoutSeconds() int { return int(c.ExecTimeout / time.Second) }
 
