@@ -63,6 +63,10 @@ const (
 	// closeWait bounds how long closing a run waits for its connections'
 	// records.
 	closeWait = 5 * time.Second
+	// copyBuffer is what one write towards the program carries: each goes
+	// through the Docker Engine to the sandbox as a frame, and fewer,
+	// larger ones cost less.
+	copyBuffer = 128 << 10
 )
 
 // Resolver resolves names; *net.Resolver is one.
@@ -194,6 +198,7 @@ func (p *Proxy) Open(id string, grant Patterns, record func(runbox.Egress)) *Run
 			return r.connect(ctx, target{host: NormalizeHost(host), port: uint16(n)}, nil)
 		},
 		MaxIdleConnsPerHost:   4,
+		ReadBufferSize:        copyBuffer,
 		IdleConnTimeout:       p.s.IdleTimeout,
 		ResponseHeaderTimeout: p.s.IdleTimeout,
 		ExpectContinueTimeout: time.Second,
@@ -523,7 +528,7 @@ func (r *Run) tunnel(c net.Conn, br *bufio.Reader, t target, act *activity) {
 			_ = cw.CloseWrite()
 		}
 	}()
-	_, _ = io.Copy(c, up)
+	_, _ = io.CopyBuffer(c, up, make([]byte, copyBuffer))
 	c.Close() // ends the other direction too
 	<-done
 }
@@ -569,7 +574,8 @@ func (r *Run) forward(c net.Conn, req *http.Request, t target) bool {
 	}
 	removeHopByHop(resp.Header)
 	keep := !req.Close && !resp.Close
-	if err := resp.Write(c); err != nil {
+	w := bufio.NewWriterSize(c, copyBuffer)
+	if err := resp.Write(w); err != nil || w.Flush() != nil {
 		return false
 	}
 	return keep && body.eof

@@ -108,7 +108,6 @@ def child(req, fds):
     # PYTHONPATH, then the zygote's own (system) path.
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
     sys.path[:0] = [os.path.dirname(path)] + extra
-    add_user_site()
     # The program is its own user's process, as one exec'd would be.
     try:
         set_dumpable(1)
@@ -123,6 +122,9 @@ def child(req, fds):
         except Exception:
             pass
     atexit._clear()
+    # Its .pth files are the conversation's code: read once the child is
+    # the program's own process.
+    add_user_site()
     if req.get("kernel"):
         serve_kernel(socket.socket(fileno=3))
         os._exit(0)
