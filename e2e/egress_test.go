@@ -537,15 +537,6 @@ func TestEgressNotRecycled(t *testing.T) {
 	w := newWorld(t)
 	s := start(t, options{env: append(w.env(), "SANDBOX_MAX_WARM=1", "SANDBOX_POOL=0")})
 	cs := s.session(nil)
-	recycled := func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		n := 0
-		for _, p := range s.procs {
-			n += strings.Count(p.out.String(), "recycled a sandbox")
-		}
-		return n
-	}
 	// Through the proxy whether the run asked for it or not.
 	fetch := fmt.Sprintf(`import socket, urllib.request
 print(socket.gethostname())
@@ -561,7 +552,7 @@ except Exception as e:
 		t.Fatalf("first: %+v", first)
 	}
 	runEgress(t, cs, map[string]any{"language": "python", "conversationId": "second", "code": "print(1)"})
-	waitFor(t, func() bool { return recycled() == 1 })
+	waitFor(t, func() bool { return s.recycled() == 1 })
 	third := runEgress(t, cs, map[string]any{"language": "python", "conversationId": "third", "code": fetch})
 	if h, _, _ := strings.Cut(third.Stdout, "\n"); h != host {
 		t.Fatalf("the third conversation did not get the recycled sandbox: %q, %q", h, host)
