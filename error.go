@@ -22,6 +22,7 @@ const (
 	EUnavailable      = "unavailable"
 	EUnauthorized     = "unauthorized"
 	ESessionNotFound  = "session_not_found" // the Python sandbox PRD's not_found for a conversation
+	EEgressDenied     = "egress_denied"     // a run asked to reach a domain its client may not
 	EInternal         = "internal"
 )
 

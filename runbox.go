@@ -29,6 +29,42 @@ type Spec struct {
 	// on to its end (or its timeout, a cancel, the executor's shutdown);
 	// a detached event says when. runs.Service.WaitDetached waits for it.
 	Detach bool `json:"detach,omitempty"`
+	// Network is what the program may reach outside its sandbox; nil (or
+	// no domain): nothing.
+	Network *Network `json:"network,omitempty"`
+	// Packages are installed into the conversation before the program
+	// runs: pip requirements for Python, npm packages for TypeScript.
+	Packages []string `json:"packages,omitempty"`
+	// PackageDomains is what installing Packages may reach: the client's
+	// allowlist when the run was admitted (the index and the hosts it
+	// points to).
+	PackageDomains []string `json:"package_domains,omitempty"`
+}
+
+// Network is what a run may reach outside its sandbox.
+type Network struct {
+	AllowedDomains []string `json:"allowed_domains" jsonschema:"domain names (or *.domain patterns) the program may reach over HTTP(S) through the egress proxy; each must be within this client's allowlist"`
+}
+
+// Domains returns the domains a run asked to reach.
+func (s Spec) Domains() []string {
+	if s.Network == nil {
+		return nil
+	}
+	return s.Network.AllowedDomains
+}
+
+// Egress is a connection a run made, or was refused, through the egress
+// proxy: the name and port it asked for, the bytes it received and sent.
+type Egress struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	BytesIn  int64  `json:"bytes_in"`
+	BytesOut int64  `json:"bytes_out"`
+	Allowed  bool   `json:"allowed"`
+	// Reason says why it was refused, or why an allowed one was cut or
+	// failed.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Timeout is the run's wall-clock limit.
@@ -64,6 +100,12 @@ type Result struct {
 	ConversationID string     `json:"conversationId"`
 	Files          []FileInfo `json:"files"`
 	Artifacts      []FileInfo `json:"artifacts"`
+	// Egress lists the connections the run made or was refused, when it
+	// asked for network or packages.
+	Egress []Egress `json:"egress,omitempty"`
+	// Packages is the conversation's installed set (name==version for
+	// pip, name@version for npm), when the run asked for packages.
+	Packages []string `json:"packages,omitempty"`
 	// Error says why the service could not run the program to its end; it
 	// is empty when the program itself decided the outcome.
 	Error string `json:"error,omitempty"`
@@ -110,6 +152,7 @@ const (
 	EventStarted   = "started"
 	EventStdout    = "stdout"
 	EventStderr    = "stderr"
+	EventEgress    = "egress" // a connection through the egress proxy, made or refused
 	EventExit      = "exit"
 	EventTimeout   = "timeout"
 	EventCancelled = "cancelled"
@@ -129,6 +172,7 @@ type Event struct {
 	ExitCode   *int      `json:"exit_code,omitempty"`
 	DurationMS *int64    `json:"duration_ms,omitempty"`
 	Message    string    `json:"message,omitempty"`
+	Egress     *Egress   `json:"egress,omitempty"`
 	Result     *Result   `json:"result,omitempty"`
 }
 

@@ -27,16 +27,6 @@ func testRecycledSandbox(t *testing.T, mode string) {
 		t.Helper()
 		return runCode(t, cs, map[string]any{"language": "python", "conversationId": cid, "code": code, "keep_state": keep})
 	}
-	recycled := func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		n := 0
-		for _, p := range s.procs {
-			n += strings.Count(p.out.String(), "recycled a sandbox")
-		}
-		return n
-	}
-
 	// The first conversation leaves what it can.
 	first := runCode(t, cs, map[string]any{"language": "python", "conversationId": "first", "env": map[string]string{"FIRST_SECRET": "A"},
 		"code": `import os, subprocess, socket, ctypes, sys
@@ -73,7 +63,7 @@ print(os.getppid())`})
 	py("first", "secret = 'kept by the first'", true)
 	// Another conversation's run evicts it (one warm sandbox at most).
 	py("second", "print(1)", false)
-	waitFor(t, func() bool { return recycled() == 1 })
+	waitFor(t, func() bool { return s.recycled() == 1 })
 
 	r := py("third", `import os, socket, sys
 procs = sorted(open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[0].decode() for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())
@@ -201,4 +191,15 @@ os.kill(t, signal.SIGKILL)`},
 			t.Errorf("%s: an unfit sandbox was recycled", u.name)
 		}
 	}
+}
+
+// recycled counts the sandboxes the service's executors recycled.
+func (s *service) recycled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.procs {
+		n += strings.Count(p.out.String(), "recycled a sandbox")
+	}
+	return n
 }

@@ -41,11 +41,11 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
-		if err := runOnly(*only, *out, *samples); err != nil {
+		if err := runOnly(*binDir, *only, *out, *samples); err != nil {
 			log.Fatal("bench: ", err)
 		}
 		return
@@ -278,6 +278,11 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	rows = append(rows, dial)
+	egress, err := egressRows(ctx, binDir, n, &warm)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, egress...)
 	scaled, err := scaleOut(ctx, binDir, n, warm)
 	if err != nil {
 		return err
@@ -287,7 +292,7 @@ func run(binDir, outFile string, n int) error {
 }
 
 // runOnly measures the groups named in only (comma-separated).
-func runOnly(only, outFile string, n int) error {
+func runOnly(binDir, only, outFile string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var rows []row
@@ -299,6 +304,12 @@ func runOnly(only, outFile string, n int) error {
 				return err
 			}
 			rows = append(rows, r)
+		case "egress":
+			r, err := egressRows(ctx, binDir, n, nil)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
 		default:
 			return fmt.Errorf("-only: unknown measure %q", name)
 		}
@@ -429,6 +440,8 @@ type serviceOptions struct {
 	// s3 keeps the files in an S3 server (versitygw) started here, each
 	// executor with a SANDBOX_ROOT of its own.
 	s3 bool
+	// env is more settings for every process.
+	env []string
 }
 
 func startService(binDir string, o serviceOptions) (*service, error) {
@@ -456,6 +469,7 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 		"SANDBOX_ROOT="+root,
 		"LOG_LEVEL=warn",
 	)
+	env = append(env, o.env...)
 	s3Addr := ""
 	if o.s3 {
 		s3Addr = fmt.Sprintf("127.0.0.1:%d", freePort())

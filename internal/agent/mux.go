@@ -102,8 +102,18 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 	return h, nil
 }
 
-// muxConfig is the yamux configuration of both ends.
-func muxConfig() *yamux.Config {
+// Receive windows: how much of a stream's data an end takes before its
+// reader has read it. Every round trip for more costs a trip through the
+// Docker Engine both ways, so the windows are wide; the sandbox's end
+// holds what it takes in the sandbox's memory, the executor's in its own,
+// for every stream of every sandbox: narrower there.
+const (
+	agentWindow    = 4 << 20
+	executorWindow = 1 << 20
+)
+
+// muxConfig is the yamux configuration of an end.
+func muxConfig(window uint32) *yamux.Config {
 	c := yamux.DefaultConfig()
 	// The session ends with the attach stream (the container); nothing
 	// between the ends drops idle connections.
@@ -113,8 +123,14 @@ func muxConfig() *yamux.Config {
 	c.StreamOpenTimeout = 30 * time.Second
 	// A stream closed here while the peer still sends is reset after this.
 	c.StreamCloseTimeout = 10 * time.Second
+	c.MaxStreamWindowSize = window
 	return c
 }
+
+// muxChunk is the most session bytes one frame carries: a few frames a
+// window, each one write down the attach stream, and short enough for a
+// program's output to interleave.
+const muxChunk = 128 << 10
 
 // muxQueue bounds the frames of session bytes waiting for the session's
 // reader. It reads without ever waiting for a stream (yamux buffers each
@@ -169,7 +185,7 @@ func (c *muxConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Write sends p in frames of at most chunkSize bytes (and a held header),
+// Write sends p in frames of at most muxChunk bytes (and a held header),
 // so that a program's output interleaves with a large write. Only the
 // session's one sending goroutine writes.
 func (c *muxConn) Write(p []byte) (int, error) {
@@ -184,7 +200,7 @@ func (c *muxConn) Write(p []byte) (int, error) {
 			return written, net.ErrClosed
 		default:
 		}
-		n := min(len(p), chunkSize)
+		n := min(len(p), muxChunk)
 		frame := p[:n]
 		if c.held != nil {
 			frame = append(c.held, frame...)
@@ -223,9 +239,9 @@ func (e *muxEnd) open() {
 	conn := newMuxConn(e.fw, e.typ)
 	var sess *yamux.Session
 	if e.server {
-		sess, _ = yamux.Server(conn, muxConfig()) // fails only on a bad config
+		sess, _ = yamux.Server(conn, muxConfig(agentWindow)) // fails only on a bad config
 	} else {
-		sess, _ = yamux.Client(conn, muxConfig())
+		sess, _ = yamux.Client(conn, muxConfig(executorWindow))
 	}
 	e.mu.Lock()
 	e.conn, e.sess = conn, sess

@@ -347,6 +347,7 @@ var status = map[string]int{
 	runbox.ERateLimited:      http.StatusTooManyRequests,
 	runbox.EUnavailable:      http.StatusServiceUnavailable,
 	runbox.EUnauthorized:     http.StatusUnauthorized,
+	runbox.EEgressDenied:     http.StatusForbidden,
 	runbox.EInternal:         http.StatusInternalServerError,
 }
 

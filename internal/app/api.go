@@ -145,6 +145,8 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxStdinBytes:     maxStdin,
 		MaxWaiting:        cfg.MaxQueuedPerConversation,
 		ClientStorage:     fileStore.ClientUsage,
+		EgressAllow:       cfg.Egress.Allow,
+		EgressReachable:   cfg.EgressReachable(),
 	}, log)
 	svc.Metrics = clients.NewMetrics(registry)
 	convs := conversations.NewService(fileStore, signer, svc, st, conversations.Limits{

@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
+	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/leader"
@@ -237,6 +239,11 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
 		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
 	}
+	// Connections programs make to their sandbox's proxy listener come to
+	// the egress proxy with the run their sandbox runs.
+	proxy := egress.New(egress.Settings{Hosts: cfg.Egress.Hosts, MaxBytes: cfg.Egress.MaxBytes,
+		MaxConnections: cfg.Egress.MaxConnections, ConnectTimeout: cfg.Egress.ConnectTimeout,
+		IdleTimeout: cfg.Egress.IdleTimeout, Logger: log})
 	sandboxes := sandbox.NewManager(docker, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Deployment: deployment,
@@ -249,6 +256,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Runtime:  cfg.Runtime,
 		Recycle:  recycle,
 		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
+		Inbound:  func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },
 	})
 	qc := queue.NewClient(rdb)
 	ex := executor.New(executor.Config{
@@ -263,6 +271,8 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Copies:        copies,
 		Schedule:      elector.Every,
 		MaxDetached:   cfg.MaxDetached,
+		Egress: &executor.Egress{Proxy: proxy, PipIndexURL: cfg.PipIndexURL, NPMRegistry: cfg.NPMRegistry,
+			Audit: audit.NewRecorder(st, clockwork.NewRealClock(), log)},
 	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		docker.Close()

@@ -29,6 +29,9 @@ import (
 const (
 	PhaseStart = "start" // recorded before the call executes
 	PhaseEnd   = "end"   // recorded with its outcome
+	// PhaseEvent is an entry of its own, not a call's: a connection a run
+	// made, or was refused, through the egress proxy (Route "egress").
+	PhaseEvent = "event"
 )
 
 // Results of a call.

@@ -68,6 +68,22 @@ func (c *Call) End(ctx context.Context, code, runID string) {
 	}
 }
 
+// Egress records a connection run runID made, or was refused, through
+// the egress proxy. The executor records them as they end.
+func (r *Recorder) Egress(ctx context.Context, client, conversation, runID string, e runbox.Egress) {
+	result := ResultSuccess
+	if !e.Allowed {
+		result = ResultDenied
+	}
+	entry := Entry{Call: rand.Text()[:16], Phase: PhaseEvent, Time: r.clock.Now().UTC(), Client: client, Route: "egress",
+		Conversation: conversation, RunID: runID, Result: result, Params: map[string]any{
+			"host": e.Host, "port": e.Port, "bytes_in": e.BytesIn, "bytes_out": e.BytesOut, "allowed": e.Allowed, "reason": e.Reason,
+		}}
+	if err := r.append(context.WithoutCancel(ctx), entry); err != nil {
+		r.log.Error("record an egress connection", "run", runID, "err", err)
+	}
+}
+
 // Denied records a request refused for want of a valid token: it never
 // started, so both its entries are written at once.
 func (r *Recorder) Denied(ctx context.Context, route string) {

@@ -17,6 +17,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/egress"
 )
 
 // Tier is a set of limits; a zero limit is no limit.
@@ -31,6 +32,10 @@ type Tier struct {
 	// ConcurrentRequests bounds the client's requests in flight; 0 is the
 	// service's default.
 	ConcurrentRequests int `yaml:"concurrent_requests"`
+	// EgressDomains are the domain patterns the tier's clients may ask
+	// their runs to reach, in place of SANDBOX_EGRESS_ALLOW; nil: that
+	// list, empty: none.
+	EgressDomains []string `yaml:"egress_domains"`
 }
 
 // Built-in tiers, as the contract gives them.
@@ -90,6 +95,9 @@ func Load(token, tokens, clientsFile string) (Clients, error) {
 			if t.CallsPerMinute < 0 || t.NewConversationsPerHour < 0 || t.ConcurrentRuns < 0 || t.RunSecondsPerDay < 0 ||
 				t.StorageBytes < 0 || t.MaxTimeoutSeconds < 0 || t.ConcurrentRequests < 0 {
 				return nil, fmt.Errorf("config: CLIENTS_FILE: tier %s has a negative limit", name)
+			}
+			if _, err := egress.ParsePatterns(t.EgressDomains); err != nil {
+				return nil, fmt.Errorf("config: CLIENTS_FILE: tier %s: egress_domains: %w", name, err)
 			}
 			t.Name = name
 			l.tiers[name] = t

@@ -44,6 +44,9 @@ clients:
 		{name: "both token and digest", file: "clients: [{name: bob, token: secret-bob, token_sha256: " + hexOf("x") + "}]", err: "exactly one"},
 		{name: "unknown field", file: "clients: [{name: bob, tokn: secret-bob}]", err: "CLIENTS_FILE"},
 		{name: "negative limit", file: "tiers: {x: {calls_per_minute: -1}}", err: "negative"},
+		{name: "egress domains", file: "tiers: {net: {egress_domains: [pypi.org, '*.pythonhosted.org']}}\nclients: [{name: eve, token: secret-eve, tier: net}]",
+			want: map[string]string{"secret-eve": "eve/net"}},
+		{name: "bad egress domain", file: "tiers: {net: {egress_domains: [10.0.0.1]}}", err: "egress_domains"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

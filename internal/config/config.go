@@ -19,6 +19,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/egress"
 )
 
 // Config is every setting of api and executor.
@@ -93,10 +94,33 @@ type Config struct {
 	// Git is GIT_REPOS_FILE (with GIT_API_URL): the repositories clients
 	// may commit to; nil without the file.
 	Git *Git
+	// Egress is what runs may reach outside their sandboxes, and how.
+	Egress Egress
+	// PipIndexURL and NPMRegistry are the package indexes runs use.
+	PipIndexURL string
+	NPMRegistry string
 
 	LogLevel  string
 	LogFormat string
 }
+
+// Egress is the egress policy and the proxy's bounds (SANDBOX_EGRESS_*).
+type Egress struct {
+	// Allow is what any client may ask for; a tier's egress_domains
+	// replaces it for its clients. Empty: no egress.
+	Allow          egress.Patterns
+	Hosts          egress.Hosts
+	MaxBytes       int64 // in + out, per run
+	MaxConnections int   // per run
+	ConnectTimeout time.Duration
+	IdleTimeout    time.Duration
+}
+
+// Default package indexes.
+const (
+	DefaultPipIndexURL = "https://pypi.org/simple"
+	DefaultNPMRegistry = "https://registry.npmjs.org/"
+)
 
 // S3 is a file store in S3-compatible storage: FILE_STORE=s3://bucket/prefix
 // and the AWS SDKs' own variables for where and who.
@@ -151,6 +175,24 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		Runtime:                  p.str("SANDBOX_RUNTIME", ""),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
+		Egress: Egress{
+			MaxBytes:       p.bytes("SANDBOX_EGRESS_MAX_BYTES", "512m"),
+			MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", egress.DefaultMaxConnections),
+			ConnectTimeout: p.duration("SANDBOX_EGRESS_CONNECT_TIMEOUT", egress.DefaultConnectTimeout),
+			IdleTimeout:    p.duration("SANDBOX_EGRESS_IDLE_TIMEOUT", egress.DefaultIdleTimeout),
+		},
+		PipIndexURL: p.indexURL("SANDBOX_PIP_INDEX_URL", DefaultPipIndexURL),
+		NPMRegistry: p.indexURL("SANDBOX_NPM_REGISTRY", DefaultNPMRegistry),
+	}
+	if allow, err := egress.ParseList(p.str("SANDBOX_EGRESS_ALLOW", "")); err != nil {
+		p.fail("SANDBOX_EGRESS_ALLOW", err.Error())
+	} else {
+		c.Egress.Allow = allow
+	}
+	if hosts, err := egress.ParseHosts(p.str("SANDBOX_EGRESS_HOSTS", "")); err != nil {
+		p.fail("SANDBOX_EGRESS_HOSTS", err.Error())
+	} else {
+		c.Egress.Hosts = hosts
 	}
 	if cs, err := clients.Load(getenv("MCP_API_TOKEN"), getenv("MCP_API_TOKENS"), strings.TrimSpace(getenv("CLIENTS_FILE"))); err != nil {
 		if p.err == nil {
@@ -295,6 +337,21 @@ func defaultBaseURL(published, addr string) string {
 // largest upload, and its envelope.
 func (c *Config) MaxMCPBody() int64 { return c.MaxUpload*4/3 + 1<<20 }
 
+// EgressReachable reports whether any client may ask its runs to reach
+// anything: SANDBOX_EGRESS_ALLOW, or a tier's egress_domains, names a
+// domain.
+func (c *Config) EgressReachable() bool {
+	if len(c.Egress.Allow) > 0 {
+		return true
+	}
+	for _, cl := range c.Clients {
+		if len(cl.Tier.EgressDomains) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.
 func (c *Config) MaxTimeoutSeconds() int { return int(c.ExecTimeout / time.Second) }
 
@@ -376,6 +433,15 @@ func (p *parser) cpus(name, def string) int64 {
 		return 0
 	}
 	return int64(f * 1e9)
+}
+
+// indexURL reads the http(s) URL of a package index.
+func (p *parser) indexURL(name, def string) string {
+	v := p.str(name, def)
+	if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
+		p.fail(name, fmt.Sprintf("must be an http(s) URL without credentials (got %q)", v))
+	}
+	return v
 }
 
 func (p *parser) oneOf(name, def string, allowed ...string) string {

@@ -74,6 +74,15 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"FILE_STORE", "s3://Upper_Case"},
 		{"FILE_STORE", "s3://user:pw@bucket"},
 		{"FILE_STORE", "gs://bucket"},
+		{"SANDBOX_EGRESS_ALLOW", "pypi.org,*"},
+		{"SANDBOX_EGRESS_ALLOW", "10.0.0.1"},
+		{"SANDBOX_EGRESS_HOSTS", "pypi.internal"},
+		{"SANDBOX_EGRESS_HOSTS", "pypi.internal=mirror.example"},
+		{"SANDBOX_EGRESS_MAX_BYTES", "lots"},
+		{"SANDBOX_EGRESS_MAX_CONNECTIONS", "0"},
+		{"SANDBOX_EGRESS_IDLE_TIMEOUT", "never"},
+		{"SANDBOX_PIP_INDEX_URL", "ftp://pypi.org/simple"},
+		{"SANDBOX_NPM_REGISTRY", "https://user:pw@registry.example/"},
 	}
 	for _, tt := range tests {
 		_, err := FromEnv(env(map[string]string{tt.name: tt.value}))
@@ -105,5 +114,33 @@ func TestFileStore(t *testing.T) {
 		if (c.FileStore == nil) != (tt.want == nil) || c.FileStore != nil && *c.FileStore != *tt.want {
 			t.Errorf("%v: %+v, want %+v", tt.env, c.FileStore, tt.want)
 		}
+	}
+}
+
+func TestEgress(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Egress
+	if len(e.Allow) != 0 || len(e.Hosts) != 0 || e.MaxBytes != 512<<20 || e.MaxConnections != 256 ||
+		e.ConnectTimeout != 10*time.Second || e.IdleTimeout != time.Minute ||
+		c.PipIndexURL != DefaultPipIndexURL || c.NPMRegistry != DefaultNPMRegistry {
+		t.Errorf("defaults %+v %q %q", e, c.PipIndexURL, c.NPMRegistry)
+	}
+	c, err = FromEnv(env(map[string]string{
+		"SANDBOX_EGRESS_ALLOW":           "pypi.org, *.pythonhosted.org",
+		"SANDBOX_EGRESS_HOSTS":           "pypi.internal=10.0.0.5:8080",
+		"SANDBOX_EGRESS_MAX_BYTES":       "1m",
+		"SANDBOX_EGRESS_MAX_CONNECTIONS": "8",
+		"SANDBOX_PIP_INDEX_URL":          "http://pypi.internal:8080/simple",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = c.Egress
+	if strings.Join(e.Allow.Strings(), ",") != "pypi.org,*.pythonhosted.org" || e.Hosts["pypi.internal"].Port != 8080 ||
+		e.MaxBytes != 1<<20 || e.MaxConnections != 8 || c.PipIndexURL != "http://pypi.internal:8080/simple" {
+		t.Errorf("values %+v %q", e, c.PipIndexURL)
 	}
 }

@@ -77,6 +77,9 @@ type Config struct {
 	// on (runbox.Spec.Parallel, Detach); past it a run keeps its slot to
 	// its end (DefaultMaxDetached if 0).
 	MaxDetached int
+	// Egress, when set, lets runs that ask for network or packages out
+	// through its proxy, which the executor starts and stops.
+	Egress *Egress
 }
 
 // Executor takes runs off the queue and runs them.
@@ -206,6 +209,10 @@ func (e *Executor) Start(ctx context.Context) error {
 		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
 			handle: func(id string) { e.cancel(id, errUserCancel) }, log: e.log},
 		&subscriber{name: "closed conversations", subscribe: e.store.SubscribeClosed, handle: e.dropClosed, log: e.log},
+	}
+	if eg := e.cfg.Egress; eg != nil && eg.Proxy != nil {
+		// First started, last stopped: runs use it until they end.
+		e.background = append(lifecycle.Group{eg.Proxy}, e.background...)
 	}
 	if err := e.background.Start(context.WithoutCancel(ctx)); err != nil {
 		e.srv.Shutdown()

@@ -13,8 +13,10 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/packages"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -169,8 +171,8 @@ type runState struct {
 
 // run runs a claimed run to its end; onStart, if set, is called once its
 // program has started.
-func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger, onStart func()) runState {
-	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
+func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger, onStart func()) (st runState) {
+	st = runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
 		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}}
 	fail := func(err error, msg string) runState {
 		st.failure = err
@@ -178,6 +180,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		st.result.Error = msg
 		st.events = append(st.events, runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
 		return st
+	}
+	network, err := e.openEgress(ctx, id, spec, log)
+	if err != nil {
+		return fail(err, "the run's network could not be set up")
+	}
+	if network != nil {
+		// Whatever the ending, its connections end with it and are listed.
+		defer func() { st.result.Egress = network.Close() }()
 	}
 
 	dir, before, release, err := e.prepare(ctx, spec)
@@ -191,12 +201,33 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 			log.Warn("publish output", "err", err)
 		}
 	})
+	var (
+		oc     sandbox.Outcome
+		runErr error
+	)
+	if len(spec.Packages) > 0 {
+		ioc, msg, err := e.install(ctx, id, spec, dir)
+		if msg != "" {
+			return fail(err, msg)
+		}
+		oc = ioc
+		installed, err := packages.Installed(dir, spec.Language)
+		if err != nil {
+			log.Warn("list the installed packages", "err", err)
+		}
+		st.result.Packages = installed
+		if network != nil {
+			// The program reaches only what it asked for.
+			grant, _ := egress.ParsePatterns(spec.Domains())
+			network.Allow(grant)
+		}
+	}
 	req := sandbox.Request{
 		RunID:          id,
 		ConversationID: spec.ConversationID,
 		Language:       spec.Language,
 		Code:           spec.Code,
-		Env:            spec.Env,
+		Env:            e.programEnv(spec),
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 		KeepState:      spec.KeepState,
@@ -209,7 +240,9 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
-	oc, runErr := e.sandboxes.Run(ctx, req, out.write)
+	if !oc.Cancelled { // a cancelled install is the run's end
+		oc, runErr = e.sandboxes.Run(ctx, req, out.write)
+	}
 	release()
 	out.flush()
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()

@@ -75,12 +75,17 @@ func (w *Watchdog) end(ctx context.Context, id string) error {
 		return err
 	}
 	var stdout, stderr strings.Builder
+	var egress []runbox.Egress
 	for _, ev := range evs {
 		switch ev.Type {
 		case runbox.EventStdout:
 			stdout.WriteString(ev.Data)
 		case runbox.EventStderr:
 			stderr.WriteString(ev.Data)
+		case runbox.EventEgress:
+			if ev.Egress != nil {
+				egress = append(egress, *ev.Egress)
+			}
 		}
 	}
 	res := &runbox.Result{
@@ -92,6 +97,7 @@ func (w *Watchdog) end(ctx context.Context, id string) error {
 		ConversationID: run.ConversationID,
 		Files:          []runbox.FileInfo{},
 		Artifacts:      []runbox.FileInfo{},
+		Egress:         egress,
 		Error:          lostMessage,
 	}
 	if !run.StartedAt.IsZero() {

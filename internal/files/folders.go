@@ -26,6 +26,10 @@ const (
 	MaxEntries = 1000
 	// MaxDepth bounds how deep a listing descends.
 	MaxDepth = 8
+	// PackagesDir, at the top of a conversation's folder, holds the
+	// packages its runs installed: counted in its quota, left out of its
+	// listings (a run's files and artifacts are what programs wrote).
+	PackagesDir = ".packages"
 )
 
 // ErrNotFound reports a file that does not exist or is not a regular file.
@@ -285,7 +289,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			return nil // unreadable entries are not listed
 		}
 		if d.IsDir() {
-			if p != "." && strings.Count(p, "/") >= MaxDepth {
+			if p == PackagesDir || p != "." && strings.Count(p, "/") >= MaxDepth {
 				return fs.SkipDir
 			}
 			return nil

@@ -40,7 +40,7 @@ func AddTool[In, Out any](s *Server, t *mcpsdk.Tool, spec ToolSpec, h func(conte
 	info := toolInfo{out: spec.Out, readOnly: spec.ReadOnly, destructive: spec.Destructive,
 		idempotent: spec.Idempotent, openWorld: spec.OpenWorld}
 	name := t.Name
-	mcpsdk.AddTool(s.sdk, describeWith(t, info), func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
+	mcpsdk.AddTool(s.sdk, s.describeWith(t, info), func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
 		out, err := h(ctx, in)
 		if err != nil {
 			return s.toolErrorOf(ctx, name, err)

@@ -14,34 +14,34 @@ import (
 )
 
 func addFileTools(s *Server) {
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "upload_file",
 		Description: "Put a file into a conversation's /data, for programs to read. content_base64 is the file's bytes in base64. " +
 			"Names are plain file names (letters, digits, '.', '_', '-').",
 	}), s.uploadFile)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "list_files",
 		Description: "List the files in a conversation's /data, with sizes, types and download URLs.",
 	}), s.listFiles)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "read_file",
 		Description: "Return a file from a conversation's /data: images as images (to look at a chart), " +
 			"text as text, anything else as a base64 resource; with its download URL.",
 	}), s.readFile)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "close_session",
 		Description: "End a conversation: cancel its runs and delete its files.",
 	}), s.closeSession)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "run_python",
 		Description: "Run Python in a session's sandbox (the Python sandbox PRD's tool): files live in /mnt/data/. " +
 			"Returns session_id, exit_code, stdout, stderr and the artifacts the run wrote, with download URLs.",
 	}), s.runPython)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "read_artifact",
 		Description: "Return a file of a session by its path under /mnt/data/, base64-encoded (images also as images).",
 	}), s.readArtifact)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "list_artifacts",
 		Description: "List the files in a session's /mnt/data/.",
 	}), s.listArtifacts)

@@ -29,7 +29,9 @@ const (
 const instructions = `Runs Python, TypeScript and bash code in isolated sandboxes without network access.
 Each conversation (conversationId) has a folder mounted at /data that persists between runs: files
 written there are returned with download URLs. Python has pandas, numpy, matplotlib, seaborn, scipy,
-openpyxl and reportlab. Save charts as PNG files in /data.`
+openpyxl and reportlab. Save charts as PNG files in /data. Where the operator allows it, a run may
+reach named domains over HTTP(S) (network: {allowed_domains}) and install pip or npm packages
+(packages); a domain outside the client's allowlist is refused with egress_denied.`
 
 // Server holds what the tools need.
 type Server struct {
@@ -54,35 +56,36 @@ func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, 
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "run_code",
 		Description: "Run a program and wait for it to finish. Returns stdout, stderr, the exit code and every file " +
 			"in /data with a download URL. language is python, typescript or bash. Pass the same conversationId " +
-			"to keep working with the same files.",
+			"to keep working with the same files. The program has no network unless network.allowed_domains names " +
+			"what it may reach; packages installs pip/npm packages into the conversation first.",
 	}), s.runCode)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "list_runners",
 		Description: "List the languages that can be run, with their image and version.",
 	}), s.listRunners)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "start_run",
 		Description: "Start a program and return at once with its run_id; follow it with get_run. " +
 			"With interactive: true its stdin stays open for send_stdin.",
 	}), s.startRun)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "get_run",
 		Description: "A run's status, its events after after_seq (output as it was produced), and its result once done. " +
 			"wait_seconds waits for new events; pass the returned last_seq as after_seq to page on.",
 	}), s.getRun)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "cancel_run",
 		Description: "Cancel a run: a queued one never starts, a running one is killed. Files written so far are kept.",
 	}), s.cancelRun)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "list_runs",
 		Description: "Recent runs with their status, newest first: a conversation's, or all.",
 	}), s.listRuns)
-	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
+	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name:        "send_stdin",
 		Description: "Send input to a run started with interactive: true; eof: true closes its stdin.",
 	}), s.sendStdin)

@@ -28,6 +28,8 @@ type toolInfo struct {
 	idempotent  bool
 	// openWorld: the tool reaches outside the service (a git forge).
 	openWorld bool
+	// egress: its programs may ask to reach outside the service.
+	egress bool
 }
 
 func schemaOf[T any]() *jsonschema.Schema {
@@ -39,8 +41,8 @@ func schemaOf[T any]() *jsonschema.Schema {
 }
 
 var tools = map[string]toolInfo{
-	"run_code":       {out: schemaOf[runbox.Result](), destructive: true},
-	"start_run":      {out: schemaOf[Started](), destructive: true},
+	"run_code":       {out: schemaOf[runbox.Result](), destructive: true, egress: true},
+	"start_run":      {out: schemaOf[Started](), destructive: true, egress: true},
 	"get_run":        {out: schemaOf[runs.Progress](), readOnly: true, idempotent: true},
 	"cancel_run":     {out: schemaOf[Cancelled](), destructive: true, idempotent: true},
 	"list_runs":      {out: schemaOf[RunList](), readOnly: true, idempotent: true},
@@ -59,24 +61,26 @@ var tools = map[string]toolInfo{
 var toolErrorSchema = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{schemaOf[ToolError](), schemaOf[PRDError]()}}
 
 // describe adds the output schema and annotations of its tool to t.
-func describe(t *mcpsdk.Tool) *mcpsdk.Tool {
+func (s *Server) describe(t *mcpsdk.Tool) *mcpsdk.Tool {
 	info, ok := tools[t.Name]
 	if !ok {
 		panic("mcp: tool " + t.Name + " is not described")
 	}
-	return describeWith(t, info)
+	return s.describeWith(t, info)
 }
 
-func describeWith(t *mcpsdk.Tool, info toolInfo) *mcpsdk.Tool {
+func (s *Server) describeWith(t *mcpsdk.Tool, info toolInfo) *mcpsdk.Tool {
 	t.OutputSchema = &jsonschema.Schema{Type: "object", AnyOf: []*jsonschema.Schema{info.out, toolErrorSchema}}
-	// Programs have no network: only tools that say so (the git tools)
-	// reach outside the service.
-	destructive, openWorld := info.destructive, info.openWorld
+	// Only tools that say so (the git tools) reach outside the service,
+	// and programs that asked for network where the operator lets clients
+	// ask (SANDBOX_EGRESS_ALLOW, egress_domains).
+	destructive := info.destructive
+	open := info.openWorld || (info.egress && s.runs.Limits().EgressReachable)
 	t.Annotations = &mcpsdk.ToolAnnotations{
 		ReadOnlyHint:    info.readOnly,
 		DestructiveHint: &destructive,
 		IdempotentHint:  info.idempotent,
-		OpenWorldHint:   &openWorld,
+		OpenWorldHint:   &open,
 	}
 	return t
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
@@ -31,6 +32,11 @@ type Limits struct {
 	// ClientStorage returns the bytes a client's conversations take, for
 	// tiers with storage_bytes; nil: not held.
 	ClientStorage func(ctx context.Context, client string) (int64, error)
+	// EgressAllow is what runs of clients whose tier names no
+	// egress_domains may ask to reach (SANDBOX_EGRESS_ALLOW).
+	EgressAllow egress.Patterns
+	// EgressReachable says whether any client may ask for egress at all.
+	EgressReachable bool
 }
 
 // Bounds of a run's environment variables.
@@ -59,6 +65,8 @@ type Request struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
 	KeepState      bool              `json:"keep_state,omitempty" jsonschema:"python only: run in the conversation's kept interpreter, where variables, imports and loaded data persist between calls, and a final bare expression is shown as a notebook shows it; plt.show() saves figures to /data; the result's state_lost says when earlier state was lost"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"the same key within 24 hours returns the same run instead of running the code again"`
+	Network        *runbox.Network   `json:"network,omitempty" jsonschema:"what the program may reach outside its sandbox, over HTTP(S) through runbox's proxy (HTTP_PROXY is set for it): {allowed_domains: [...]} within this client's allowlist; without it the program has no network; the result's egress lists each connection"`
+	Packages       []string          `json:"packages,omitempty" jsonschema:"python: pip requirements (requests==2.32.3); typescript: npm packages; installed into the conversation, for this and later runs and the kept interpreter, before the code runs, from the index this client's allowlist lets it reach"`
 }
 
 // StartRequest is start_run's arguments and the body of POST /v1/runs.
@@ -81,6 +89,8 @@ func (r Request) Spec() runbox.Spec {
 		Stdin:          r.Stdin,
 		Env:            r.Env,
 		KeepState:      r.KeepState,
+		Network:        r.Network,
+		Packages:       r.Packages,
 	}
 }
 
@@ -196,6 +206,9 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	}
 	spec, err := s.normalize(spec)
 	if err != nil {
+		return runbox.Run{}, err
+	}
+	if err := s.AdmitEgress(ctx, &spec); err != nil {
 		return runbox.Run{}, err
 	}
 	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {

@@ -122,6 +122,9 @@ def child(req, fds):
         except Exception:
             pass
     atexit._clear()
+    # Its .pth files are the conversation's code: read once the child is
+    # the program's own process.
+    add_user_site()
     if req.get("kernel"):
         serve_kernel(socket.socket(fileno=3))
         os._exit(0)
@@ -142,6 +145,31 @@ def child(req, fds):
         except Exception:
             code = code or 120
     os._exit(code)
+
+
+def add_user_site():
+    """Puts the conversation's installed packages (the user site of
+    PYTHONUSERBASE, under /data) on the path as `python3` would: after
+    PYTHONPATH, before the system's packages, its .pth files read. Only in
+    a forked program or kernel: the zygote runs isolated, and nothing under
+    /data ever runs in it."""
+    import importlib
+    import site
+
+    base = os.environ.get("PYTHONUSERBASE")
+    if not base or os.environ.get("PYTHONNOUSERSITE"):
+        return
+    user_site = os.path.join(base, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    if user_site in sys.path or not os.path.isdir(user_site):
+        return
+    known = set(sys.path)
+    site.addsitedir(user_site)
+    added = [p for p in sys.path if p not in known]
+    for p in added:
+        sys.path.remove(p)
+    at = next((i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))), len(sys.path))
+    sys.path[at:at] = added
+    importlib.invalidate_caches()
 
 
 def run_source(namespace, path, echo=False):
@@ -215,6 +243,8 @@ def serve_kernel(ctl):
             os.close(fd)
         sys.stdin = open(0, "r", closefd=False)
         os.environ.update(req.get("env") or {})
+        # Packages installed since the kernel started, importable now.
+        add_user_site()
         path = req["path"]
         main.__file__ = path
         sys.argv = [path]
