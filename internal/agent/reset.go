@@ -1,14 +1,16 @@
 package agent
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A reset readies a sandbox for another conversation: the executor hands
@@ -25,10 +27,18 @@ import (
 // agent's own state holds nothing a program gave it but what the next run
 // replaces.
 
+// mqueueDir is where Docker mounts the sandbox's mqueue file system.
+const mqueueDir = "/dev/mqueue"
+
 // reset runs between runs, from the frame loop.
 func (st *starter) reset() Reset {
 	if !st.cfg.Sweep || os.Getuid() == 0 {
 		return Reset{Reason: "this agent does not own its sandbox"}
+	}
+	if !descriptorsHidden() {
+		// Every other check would pass: what a program could have done
+		// through the agent's descriptors cannot be undone or seen.
+		return Reset{Reason: "this kernel shows the agent's descriptors to programs"}
 	}
 	// The zygote first, before taking busy: it takes busy to start.
 	if z := st.zygote; z != nil {
@@ -58,6 +68,9 @@ func (st *starter) reset() Reset {
 	}
 	if n, err := sysvObjects(); err != nil || n > 0 {
 		fail("System V IPC objects are left (%d, %v)", n, err)
+	}
+	if err := mqueueListable(mqueueDir); err != nil {
+		fail("%v", err)
 	}
 	// Nothing can have started since the sweep (no program runs, busy is
 	// held), but the check is cheap and a reset must not assume.
@@ -160,28 +173,71 @@ func openUp(p string) {
 }
 
 // sysvObjects counts the System V shared memory segments, semaphore sets
-// and message queues of the sandbox's IPC namespace.
+// and message queues of the sandbox's IPC namespace, as the kernel's own
+// counters say (shmctl SHM_INFO, semctl SEM_INFO, msgctl MSG_INFO): gVisor
+// has no /proc/sysvipc to list them by, and these answer under either
+// kernel without any permission on the objects.
 func sysvObjects() (int, error) {
+	const (
+		shmInfo = 14 // SHM_INFO: struct shm_info, used_ids first
+		semInfo = 19 // SEM_INFO: struct seminfo, semusz eighth
+		msgInfo = 12 // MSG_INFO: struct msginfo, msgpool first
+	)
+	var buf [16]int32 // larger than any of the three structs
+	p := uintptr(unsafe.Pointer(&buf[0]))
 	n := 0
-	for _, kind := range []string{"shm", "sem", "msg"} {
-		f, err := os.Open("/proc/sysvipc/" + kind)
-		if err != nil {
-			return 0, err
+	for _, q := range []struct {
+		trap, a1, a2, a3, a4 uintptr
+		field                int
+	}{
+		{unix.SYS_SHMCTL, 0, shmInfo, p, 0, 0},
+		{unix.SYS_SEMCTL, 0, 0, semInfo, p, 7},
+		{unix.SYS_MSGCTL, 0, msgInfo, p, 0, 0},
+	} {
+		buf = [16]int32{}
+		if _, _, errno := unix.Syscall6(q.trap, q.a1, q.a2, q.a3, q.a4, 0, 0); errno != 0 {
+			return 0, errno
 		}
-		sc := bufio.NewScanner(f)
-		lines := 0
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) != "" {
-				lines++
-			}
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			return 0, err
-		}
-		n += max(lines-1, 0) // the first line is a header
+		n += int(buf[q.field])
 	}
 	return n, nil
+}
+
+// mqueueListable checks that the POSIX message queues of the sandbox can
+// be seen (and so wiped): an mqueue file system at dir, as Docker mounts
+// at /dev/mqueue under runc. gVisor has none, yet lets programs make
+// queues, which then outlive them unseen: unless mq_open is refused, the
+// sandbox cannot be shown free of them.
+func mqueueListable(dir string) error {
+	const mqueueMagic = 0x19800202
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == mqueueMagic {
+		return nil
+	}
+	// The system call takes the name without mq_open(3)'s leading '/'.
+	name := []byte("runbox-probe-" + strconv.Itoa(os.Getpid()) + "\x00")
+	fd, _, errno := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(&name[0])),
+		unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_CLOEXEC, 0o600, 0, 0, 0)
+	if refused(errno) {
+		return nil // none can be made here
+	}
+	if errno != 0 {
+		return fmt.Errorf("mq_open: %w", errno)
+	}
+	unix.Close(int(fd))
+	_, _, _ = unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(&name[0])), 0, 0)
+	return errors.New("POSIX message queues can be made here but not listed")
+}
+
+// descriptorsHidden reports whether a non-dumpable process's descriptors
+// are out of reach of the processes of its user, as Linux makes them
+// (/proc/<pid>/fd then belongs to root). gVisor's (Debian's 2022 release)
+// leaves them its user's: a program could then open the agent's stdin and
+// stdout, the executor's frames, through /proc/1/fd. Call it after
+// PR_SET_DUMPABLE(0).
+func descriptorsHidden() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/fd", &st) == nil && int(st.Uid) != os.Getuid()
 }
 
 // CopyTree copies regular files and folders from src into dst.

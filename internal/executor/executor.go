@@ -152,6 +152,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		return errors.New("no runner images found (labelled sandbox.runner=true): run `make images`")
 	}
 	e.runners = runners
+	if err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); err != nil {
+		return err
+	}
 	if n, err := e.sandboxes.Reap(ctx, 0); err != nil {
 		return fmt.Errorf("reap orphaned sandboxes: %w", err)
 	} else if n > 0 {

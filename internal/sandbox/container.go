@@ -55,7 +55,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			// The agent is PID 1 and reaps orphans itself: docker-init
 			// would run as the programs' user, within their reach.
 			Init:    &noInit,
-			Runtime: m.opts.Runtime,
+			Runtime: m.opts.Runtime.Name,
 			// What a program prints reaches the executor through the
 			// agent's frames; nothing of it is kept on the host's disk.
 			LogConfig: container.LogConfig{Type: "none"},

@@ -98,13 +98,15 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 		return oc, nil
 	}
 	// The agent went away mid-run: the container died, most likely of the
-	// memory limit.
+	// memory limit (under gVisor the limit holds the whole sandbox, so a
+	// program past it always ends it), and a kept interpreter with it.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	info, err := sb.m.docker.ContainerInspect(ictx, sb.id, client.ContainerInspectOptions{})
 	if err == nil && info.Container.State != nil && !info.Container.State.Running {
 		oc.ExitCode = -1
 		oc.OOMKilled = info.Container.State.OOMKilled
+		oc.StateLost = req.KeepState
 		if oc.OOMKilled {
 			return oc, nil
 		}

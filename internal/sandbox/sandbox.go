@@ -69,7 +69,9 @@ type Docker interface {
 	ContainerRemove(ctx context.Context, id string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerInspect(ctx context.Context, id string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
+	ContainerWait(ctx context.Context, id string, options client.ContainerWaitOptions) client.ContainerWaitResult
 	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
+	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
 	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
 }
 
@@ -101,9 +103,10 @@ type Options struct {
 	// ImageTag is the tag of the runner images to prefer
 	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
 	ImageTag string
-	// Runtime is the OCI runtime of sandboxes (e.g. runsc for gVisor);
-	// the engine's default if empty.
-	Runtime string
+	// Runtime is the OCI runtime of sandboxes and what differs under it
+	// (RuntimeFor); the zero value is the engine's default, without
+	// recycling.
+	Runtime Runtime
 	// Recycle, if set, takes the folder an evicted sandbox mounts away
 	// from its conversation and returns it as an empty slot (see
 	// recycle.go); mounted says whether a folder is the sandbox's.

@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// Runtime is what differs between the OCI runtimes sandboxes run under:
+// the engine's default (runc: the host's kernel, namespaces and cgroups)
+// and gVisor's runsc (a user-space kernel between programs and the host).
+// It is chosen once, at start, from SANDBOX_RUNTIME; a later runtime (a
+// Kubernetes pod's RuntimeClass) is another value of it.
+type Runtime struct {
+	// Name is the runtime Docker is asked for; "" is the engine's default.
+	Name string
+	// Recycles says whether an evicted sandbox may be reset for another
+	// conversation. The agent proves each reset (package agent, reset.go)
+	// and refuses one it cannot prove; a runtime under which it always
+	// refuses is not asked, and its evicted sandboxes are removed at once.
+	Recycles bool
+}
+
+// RuntimeFor returns the Runtime of an OCI runtime's name.
+func RuntimeFor(name string) Runtime {
+	switch name {
+	case "runsc":
+		// gVisor (Debian's runsc, 2022-12) shows a non-dumpable process's
+		// descriptors in /proc/<pid>/fd to processes of its user, so a
+		// program can reach the agent's protocol stream, and it offers
+		// POSIX message queues without an mqueue file system to list them
+		// by: the agent cannot prove a reset (it says so, and refuses
+		// one). A sandbox therefore serves one conversation for life, as a
+		// pre-started one does (see SECURITY.md).
+		return Runtime{Name: name}
+	default:
+		return Runtime{Name: name, Recycles: true}
+	}
+}
+
+// String names the runtime for messages.
+func (r Runtime) String() string {
+	if r.Name == "" {
+		return "the engine's default runtime"
+	}
+	return "runtime " + r.Name
+}
+
+// runtimeCheckTimeout bounds the start check's container.
+const runtimeCheckTimeout = 60 * time.Second
+
+// CheckRuntime checks that the Docker Engine knows the configured runtime
+// and that a container starts and exits under it, with image (a runner).
+// An executor calls it at start, so that a runtime that is missing or
+// broken stops it with one clear line rather than failing every run.
+func (m *Manager) CheckRuntime(ctx context.Context, image string) error {
+	rt := m.opts.Runtime
+	if rt.Name == "" {
+		return nil
+	}
+	info, err := m.docker.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return fmt.Errorf("read the Docker Engine's runtimes: %w", err)
+	}
+	if _, ok := info.Info.Runtimes[rt.Name]; !ok {
+		return fmt.Errorf("the Docker Engine has no runtime %q (SANDBOX_RUNTIME): register it in /etc/docker/daemon.json (for runsc: deploy/runsc.sh, or make deps SANDBOX_RUNTIME=runsc)", rt.Name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, runtimeCheckTimeout)
+	defer cancel()
+	created, err := m.docker.ContainerCreate(cctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: image, User: User, Cmd: []string{"true"}, NetworkDisabled: true,
+			Labels: map[string]string{LabelManaged: "true", LabelExecutor: m.opts.ExecutorID, LabelDeployment: m.opts.Deployment},
+		},
+		HostConfig: &container.HostConfig{
+			Runtime: rt.Name, NetworkMode: "none", CapDrop: []string{"ALL"},
+			LogConfig: container.LogConfig{Type: "none"},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: create a container: %w", rt, err)
+	}
+	defer m.forceRemove(created.ID)
+	wait := m.docker.ContainerWait(cctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := m.docker.ContainerStart(cctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("%s: start a container: %w", rt, err)
+	}
+	select {
+	case res := <-wait.Result:
+		if res.StatusCode != 0 || res.Error != nil {
+			return fmt.Errorf("%s: a container that runs `true` exited with %d", rt, res.StatusCode)
+		}
+		return nil
+	case err := <-wait.Error:
+		if errdefs.IsNotFound(err) {
+			err = errors.New("it was removed")
+		}
+		return fmt.Errorf("%s: wait for a container: %w", rt, err)
+	}
+}
