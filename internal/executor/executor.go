@@ -106,6 +106,7 @@ type Executor struct {
 	runs      sync.WaitGroup
 
 	background lifecycle.Group // heartbeat, janitor, watchdog, pool, listeners
+	watchdog   *Watchdog       // of background; also ends a dead peer's runs
 }
 
 // New returns an Executor. Start starts it.
@@ -188,10 +189,11 @@ func (e *Executor) Start(ctx context.Context) error {
 
 	// The background parts outlive the start's context: Shutdown stops
 	// them, in reverse order.
+	e.watchdog = NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log)
 	e.background = lifecycle.Group{
 		&heartbeat{e: e},
 		&sandboxJanitor{e: e},
-		NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log),
+		e.watchdog,
 		&poolFiller{e: e},
 		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
 			handle: func(id string) { e.cancel(id, errUserCancel) }, log: e.log},
@@ -240,7 +242,8 @@ func (e *Executor) cancel(id string, cause error) {
 
 // Shutdown stops taking runs, lets running ones finish for the grace
 // period, then kills the rest and ends them as errors, so that none is left
-// running and none runs again. It returns when every sandbox is removed.
+// running and none runs again. It returns when every sandbox is removed:
+// its own, and those its dead peers left on this host (peers.go).
 func (e *Executor) Shutdown(ctx context.Context) {
 	if e.srv == nil {
 		return
@@ -287,6 +290,7 @@ wait:
 	if err := e.folders.RemoveSlots(e.slotPrefix()); err != nil {
 		e.log.Warn("remove slots", "err", err)
 	}
+	e.reapPeersAtShutdown(cctx)
 	e.log.Info("executor stopped")
 }
 
