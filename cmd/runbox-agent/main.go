@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -42,14 +43,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent: prctl(PR_SET_DUMPABLE):", err)
 		os.Exit(1)
 	}
+	user, err := programUser(os.Getenv("RUNBOX_USER"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: RUNBOX_USER:", err)
+		os.Exit(2)
+	}
 	if *skel != "" {
-		if err := agent.CopyTree(*skel, "/tmp"); err != nil {
+		if err := agent.CopyTree(*skel, "/tmp", user); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
 		}
 	}
 	var when *regexp.Regexp
 	if *preloadWhen != "" {
-		var err error
 		if when, err = regexp.Compile(*preloadWhen); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: -preload-when:", err)
 			os.Exit(2)
@@ -68,6 +73,7 @@ func main() {
 		PreloadWhen: when,
 		Skel:        *skel,
 		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
+		User:        user,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -87,6 +93,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// programUser reads RUNBOX_USER, uid:gid: the user programs run as when it
+// is not the agent's (agent.Config.User); nil when unset.
+func programUser(v string) (*syscall.Credential, error) {
+	if v == "" {
+		return nil, nil
+	}
+	u, g, ok := strings.Cut(v, ":")
+	uid, uerr := strconv.ParseUint(u, 10, 32)
+	gid, gerr := strconv.ParseUint(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil || uid == 0 {
+		return nil, fmt.Errorf("want uid:gid of a user other than root, got %q", v)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // programEnv is the agent's environment without its own settings.

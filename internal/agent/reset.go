@@ -32,10 +32,10 @@ const mqueueDir = "/dev/mqueue"
 
 // reset runs between runs, from the frame loop.
 func (st *starter) reset() Reset {
-	if !st.cfg.Sweep || os.Getuid() == 0 {
+	if !st.cfg.ownsSandbox() {
 		return Reset{Reason: "this agent does not own its sandbox"}
 	}
-	if !descriptorsHidden() {
+	if !descriptorsHidden(st.cfg.programUID()) {
 		// Every other check would pass: what a program could have done
 		// through the agent's descriptors cannot be undone or seen.
 		return Reset{Reason: "this kernel shows the agent's descriptors to programs"}
@@ -94,7 +94,7 @@ func (st *starter) reset() Reset {
 		replace = pid == 0 || !t.waitReady(0)
 	}
 	if r.Clean && st.cfg.Skel != "" {
-		if err := CopyTree(st.cfg.Skel, "/tmp"); err != nil {
+		if err := CopyTree(st.cfg.Skel, "/tmp", st.cfg.User); err != nil {
 			fail("restore caches: %v", err)
 		}
 	}
@@ -116,10 +116,10 @@ func (st *starter) startZygote() {
 		return
 	}
 	if st.template == nil {
-		st.template = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, nil)
+		st.template = newZygote(st.cfg.Zygote, st.cfg.Env, st.cfg.User, st.waiter, &st.busy, nil)
 		go st.template.run()
 	}
-	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, st.template)
+	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.cfg.User, st.waiter, &st.busy, st.template)
 	go st.zygote.run()
 }
 
@@ -229,19 +229,21 @@ func mqueueListable(dir string) error {
 	return errors.New("POSIX message queues can be made here but not listed")
 }
 
-// descriptorsHidden reports whether a non-dumpable process's descriptors
-// are out of reach of the processes of its user, as Linux makes them
-// (/proc/<pid>/fd then belongs to root). gVisor's (Debian's 2022 release)
-// leaves them its user's: a program could then open the agent's stdin and
-// stdout, the executor's frames, through /proc/1/fd. Call it after
-// PR_SET_DUMPABLE(0).
-func descriptorsHidden() bool {
+// descriptorsHidden reports whether the agent's descriptors are out of
+// reach of programs, which run as uid: its /proc/<pid>/fd belongs to
+// another user. Linux gives a non-dumpable process's to root; gVisor's
+// (Debian's 2022 release) leaves them the process's own user's, so there
+// only an agent that runs as another user than programs (Config.User)
+// keeps its stdin and stdout, the executor's frames, to itself. Call it
+// after PR_SET_DUMPABLE(0).
+func descriptorsHidden(uid int) bool {
 	var st unix.Stat_t
-	return unix.Stat("/proc/self/fd", &st) == nil && int(st.Uid) != os.Getuid()
+	return unix.Stat("/proc/self/fd", &st) == nil && int(st.Uid) != uid
 }
 
-// CopyTree copies regular files and folders from src into dst.
-func CopyTree(src, dst string) error {
+// CopyTree copies regular files and folders from src into dst, given to
+// owner if set.
+func CopyTree(src, dst string, owner *syscall.Credential) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -253,14 +255,18 @@ func CopyTree(src, dst string) error {
 		target := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(target, 0o700)
+			err = os.MkdirAll(target, 0o700)
 		case d.Type().IsRegular():
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
+			var b []byte
+			if b, err = os.ReadFile(path); err == nil {
+				err = os.WriteFile(target, b, 0o600)
 			}
-			return os.WriteFile(target, b, 0o600)
+		default:
+			return nil
 		}
-		return nil
+		if err == nil && owner != nil {
+			err = os.Lchown(target, int(owner.Uid), int(owner.Gid))
+		}
+		return err
 	})
 }

@@ -23,7 +23,7 @@ import (
 func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
 	limits := m.opts.Limits
 	pids := limits.Pids
-	return client.ContainerCreateOptions{
+	opts := client.ContainerCreateOptions{
 		// A conversation key may hold '~', which container names may not.
 		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" + req.Language + "-" +
 			strings.ToLower(rand.Text()[:8]),
@@ -54,8 +54,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			IpcMode:        "private",
 			// The agent is PID 1 and reaps orphans itself: docker-init
 			// would run as the programs' user, within their reach.
-			Init:    &noInit,
-			Runtime: m.opts.Runtime.Name,
+			Init: &noInit,
 			// What a program prints reaches the executor through the
 			// agent's frames; nothing of it is kept on the host's disk.
 			LogConfig: container.LogConfig{Type: "none"},
@@ -73,6 +72,8 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			},
 		},
 	}
+	m.opts.Runtime.configure(opts.Config, opts.HostConfig)
+	return opts
 }
 
 var noInit = false

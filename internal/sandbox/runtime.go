@@ -24,22 +24,44 @@ type Runtime struct {
 	// and refuses one it cannot prove; a runtime under which it always
 	// refuses is not asked, and its evicted sandboxes are removed at once.
 	Recycles bool
+	// AgentApart runs the agent as root, with only the capabilities it
+	// needs to start programs as User and to end and clean up after them,
+	// instead of as User itself: for a kernel that leaves a non-dumpable
+	// process's descriptors to its user (agent.Config.User).
+	AgentApart bool
 }
+
+// agentCaps are the capabilities of an agent apart from programs: start
+// them as User (SETUID, SETGID), kill them (KILL), read their limits
+// (SYS_RESOURCE), empty what they leave in /tmp and /dev/shm (FOWNER,
+// DAC_OVERRIDE) and give them their caches (CHOWN). Programs have none:
+// they lose them with their user's change and their exec.
+var agentCaps = []string{"SETUID", "SETGID", "KILL", "SYS_RESOURCE", "FOWNER", "DAC_OVERRIDE", "CHOWN"}
 
 // RuntimeFor returns the Runtime of an OCI runtime's name.
 func RuntimeFor(name string) Runtime {
 	switch name {
 	case "runsc":
 		// gVisor (Debian's runsc, 2022-12) shows a non-dumpable process's
-		// descriptors in /proc/<pid>/fd to processes of its user, so a
-		// program can reach the agent's protocol stream, and it offers
-		// POSIX message queues without an mqueue file system to list them
-		// by: the agent cannot prove a reset (it says so, and refuses
-		// one). A sandbox therefore serves one conversation for life, as a
-		// pre-started one does (see SECURITY.md).
-		return Runtime{Name: name}
+		// descriptors in /proc/<pid>/fd to processes of its user, so the
+		// agent runs as another user than programs. It offers POSIX
+		// message queues without an mqueue file system to list them by:
+		// the agent cannot prove a reset (it says so, and refuses one), so
+		// a sandbox serves one conversation for life, as a pre-started one
+		// does (see SECURITY.md).
+		return Runtime{Name: name, AgentApart: true}
 	default:
 		return Runtime{Name: name, Recycles: true}
+	}
+}
+
+// configure applies the runtime's container options.
+func (r Runtime) configure(cfg *container.Config, hc *container.HostConfig) {
+	hc.Runtime = r.Name
+	if r.AgentApart {
+		cfg.User = "0:0"
+		cfg.Env = append(cfg.Env, "RUNBOX_USER="+User)
+		hc.CapAdd = agentCaps
 	}
 }
 
