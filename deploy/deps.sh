@@ -4,7 +4,15 @@
 # otherwise it stops with the exact command to run.
 #
 # Usage: deploy/deps.sh [run|test]   (test also needs chromium and compose)
+#
+# gVisor (runsc) is installed and registered with Docker (deploy/runsc.sh)
+# for the tests, which run sandboxes under it too, and for `run` when
+# SANDBOX_RUNTIME=runsc asks for it.
 set -eu
+cd "$(dirname "$0")"
+if [ "${1:-run}" = test ] || [ "${SANDBOX_RUNTIME:-}" = runsc ]; then
+  ./runsc.sh
+fi
 
 need=""
 command -v docker >/dev/null || { echo "deps: Docker Engine is not installed: see https://docs.docker.com/engine/install/" >&2; exit 1; }

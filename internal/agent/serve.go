@@ -425,7 +425,8 @@ func (st *starter) startCell(run Run, path string, env []string, stdio [3]*os.Fi
 // link in place of the folder or the file, a FIFO that would block the
 // write — is removed, and the file made anew without following links.
 // With owner (programs run as another user than the agent) the folder
-// stays the agent's and the file is given to owner to read.
+// stays the agent's, readable (a launcher may list it), and the file is
+// given to owner.
 func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		_ = os.Remove(dir)
@@ -443,7 +444,7 @@ func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	}
 	_, err = f.WriteString(code)
 	if owner != nil && err == nil {
-		if err = os.Chmod(dir, 0o711); err == nil {
+		if err = os.Chmod(dir, 0o755); err == nil {
 			err = f.Chown(int(owner.Uid), int(owner.Gid))
 		}
 	}

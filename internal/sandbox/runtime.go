@@ -29,7 +29,17 @@ type Runtime struct {
 	// instead of as User itself: for a kernel that leaves a non-dumpable
 	// process's descriptors to its user (agent.Config.User).
 	AgentApart bool
+	// PidsInside holds the sandbox's process limit inside its kernel, as
+	// RLIMIT_NPROC of the programs' user, and gives the host's pids limit
+	// room for the runtime's own threads and processes (gVisor's sentry
+	// and, with the ptrace platform, a host process per sandbox process):
+	// at the host's limit the runtime itself fails, and the sandbox with
+	// it.
+	PidsInside bool
 }
+
+// runtimePids is the room PidsInside gives the runtime's own threads.
+const runtimePids = 256
 
 // agentCaps are the capabilities of an agent apart from programs: start
 // them as User (SETUID, SETGID), kill them (KILL), read their limits
@@ -49,7 +59,7 @@ func RuntimeFor(name string) Runtime {
 		// the agent cannot prove a reset (it says so, and refuses one), so
 		// a sandbox serves one conversation for life, as a pre-started one
 		// does (see SECURITY.md).
-		return Runtime{Name: name, AgentApart: true}
+		return Runtime{Name: name, AgentApart: true, PidsInside: true}
 	default:
 		return Runtime{Name: name, Recycles: true}
 	}
@@ -58,6 +68,12 @@ func RuntimeFor(name string) Runtime {
 // configure applies the runtime's container options.
 func (r Runtime) configure(cfg *container.Config, hc *container.HostConfig) {
 	hc.Runtime = r.Name
+	if r.PidsInside && hc.PidsLimit != nil {
+		pids := *hc.PidsLimit
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nproc", Soft: pids, Hard: pids})
+		host := 2*pids + runtimePids
+		hc.PidsLimit = &host
+	}
 	if r.AgentApart {
 		cfg.User = "0:0"
 		cfg.Env = append(cfg.Env, "RUNBOX_USER="+User)
