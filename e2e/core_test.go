@@ -80,9 +80,11 @@ func TestMCP(t *testing.T) {
 		{name: "no network", args: map[string]any{"language": "python",
 			"code": "import socket\ntry:\n    socket.create_connection(('93.184.216.34', 80), timeout=3)\n    print('connected')\nexcept OSError:\n    print('no network')"},
 			wantOut: "no network\n"},
-		{name: "non-root without capabilities", args: map[string]any{"language": "bash",
-			"code": "id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status"},
-			wantOut: "1000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"},
+		{name: "non-root without capabilities", args: map[string]any{"language": "python",
+			// gVisor's /proc/<pid>/status has no NoNewPrivs line: prctl says.
+			"code": "import ctypes, os\nprint(os.getuid())\nprint(*[l for l in open('/proc/self/status') if l.startswith('CapEff')], end='')\n" +
+				"print('no_new_privs', ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"},
+			wantOut: "1000\nCapEff:\t0000000000000000\nno_new_privs 1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

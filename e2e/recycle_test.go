@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
 // TestRecycledSandbox: an idle sandbox evicted from its conversation is
@@ -70,6 +73,21 @@ print(os.getppid())`})
 		t.Fatalf("first conversation: %+v", first)
 	}
 	hostA, zygoteA, _ := strings.Cut(strings.TrimSpace(first.Stdout), "\n")
+	if !sandbox.RuntimeFor(os.Getenv("SANDBOX_RUNTIME")).Recycles {
+		// Under gVisor the agent cannot prove a reset (POSIX message
+		// queues it cannot list): an evicted sandbox is removed, and the
+		// next conversation gets another.
+		py("second", "print(1)", false)
+		waitFor(t, func() bool { return !s.containerExists(hostA) })
+		r := py("third", "import os, socket\nprint(socket.gethostname(), sorted(os.listdir('/data')), os.path.exists('/tmp/leak'))", false)
+		if host, _, _ := strings.Cut(r.Stdout, " "); host == hostA || !strings.HasSuffix(r.Stdout, " [] False\n") {
+			t.Errorf("the third conversation under gVisor: %+v (the first's sandbox was %s)", r, hostA)
+		}
+		if n := recycled(); n != 0 {
+			t.Errorf("%d sandboxes recycled under gVisor", n)
+		}
+		return
+	}
 	py("first", "secret = 'kept by the first'", true)
 	// Another conversation's run evicts it (one warm sandbox at most).
 	py("second", "print(1)", false)
