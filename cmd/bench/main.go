@@ -119,6 +119,7 @@ func run(binDir, outFile string, n int) error {
 		fresh = append(fresh, time.Since(t))
 	}
 	fr := bench.Summarize(fresh)
+	runcFresh := fr
 	rows = append(rows, row{
 		measure:  "`run_code` `print(1)` over `/mcp`, a new conversation each time (pre-started sandboxes)",
 		result:   pair(fr),
@@ -171,6 +172,7 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	l = bench.Summarize(lat)
+	runcAnalysis := l
 	rows = append(rows, row{
 		measure:  fmt.Sprintf("analysis snippet (pandas + matplotlib, %d KB CSV, plot, PNG) over `/mcp`", len(csv)>>10),
 		result:   pair(l),
@@ -271,6 +273,12 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	rows = append(rows, scaled...)
+
+	gv, err := gvisorRows(ctx, binDir, n, warm, runcFresh, runcAnalysis, csv)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, gv...)
 
 	table := render(rows)
 	fmt.Print(table)
@@ -379,6 +387,69 @@ func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) (
 	}}, nil
 }
 
+// gvisorRows measures the warm, new-conversation and analysis rows again
+// with sandboxes under gVisor (SANDBOX_RUNTIME=runsc), beside the same
+// rows under the engine's default runtime from this run.
+func gvisorRows(ctx context.Context, binDir string, n int, warm, fresh, snippet bench.Stats, csv []byte) ([]row, error) {
+	log.Print("gVisor: sandboxes under runsc")
+	svc, err := startService(binDir, serviceOptions{executors: 1, runtime: "runsc"})
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	client := bench.Client{URL: svc.url, Token: svc.token}
+	cs, err := client.Session(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	lat, _, err := bench.Sequential(ctx, cs, "bench-gvisor", "python", "print(1)", 5, n)
+	if err != nil {
+		return nil, err
+	}
+	w := bench.Summarize(lat)
+	var fl []time.Duration
+	for range max(n/5, 10) {
+		time.Sleep(300 * time.Millisecond) // the pool refills between calls
+		t := time.Now()
+		if _, err := bench.RunCode(ctx, cs, map[string]any{"language": "python", "code": "print(1)"}, nil); err != nil {
+			return nil, err
+		}
+		fl = append(fl, time.Since(t))
+	}
+	f := bench.Summarize(fl)
+	if err := bench.Upload(ctx, cs, "bench-gvisor-analysis", "bench.csv", csv); err != nil {
+		return nil, err
+	}
+	lat, _, err = bench.Sequential(ctx, cs, "bench-gvisor-analysis", "python", analysis, 3, max(n/4, 10))
+	if err != nil {
+		return nil, err
+	}
+	a := bench.Summarize(lat)
+	return []row{{
+		measure:  "gVisor (`SANDBOX_RUNTIME=runsc`): `run_code` `print(1)` over `/mcp`, sequential, warm",
+		result:   pair(w),
+		baseline: "runc " + ms(warm.Median),
+		ratio:    ratio(w.Median, warm.Median),
+		target:   "≤ 2× runc",
+		met:      w.Median <= 2*warm.Median,
+	}, {
+		measure:  "gVisor: `run_code` `print(1)` over `/mcp`, a new conversation each time (pre-started sandboxes)",
+		result:   pair(f),
+		baseline: "runc " + ms(fresh.Median),
+		ratio:    ratio(f.Median, fresh.Median),
+		target:   "—",
+		met:      true,
+	}, {
+		measure:  "gVisor: analysis snippet over `/mcp`",
+		result:   pair(a),
+		baseline: "runc " + ms(snippet.Median),
+		ratio:    ratio(a.Median, snippet.Median),
+		target:   "—",
+		met:      true,
+	}}, nil
+}
+
 // service is the runbox under test.
 type service struct {
 	url, token string
@@ -393,6 +464,8 @@ type serviceOptions struct {
 	// s3 keeps the files in an S3 server (versitygw) started here, each
 	// executor with a SANDBOX_ROOT of its own.
 	s3 bool
+	// runtime is SANDBOX_RUNTIME; "" the engine's default.
+	runtime string
 }
 
 func startService(binDir string, o serviceOptions) (*service, error) {
@@ -419,6 +492,7 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 		"MCP_API_TOKEN="+s.token,
 		"SANDBOX_ROOT="+root,
 		"LOG_LEVEL=warn",
+		"SANDBOX_RUNTIME="+o.runtime,
 	)
 	s3Addr := ""
 	if o.s3 {
