@@ -61,6 +61,13 @@ print("left:", left)`
 // (SANDBOX_RUNTIME=runsc, as make test's second pass does).
 func underGVisor() bool { return os.Getenv("SANDBOX_RUNTIME") == "runsc" }
 
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
+}
+
 func pyList(items []string) string {
 	quoted := make([]string, len(items))
 	for i, s := range items {
@@ -132,7 +139,7 @@ for pid in targets:
     if libc.process_vm_readv(pid, iov, 1, iov, 1, 0) > 0:
         reached.append(f"{pid} memory")
 print(len(targets), reached)`
-		code = strings.Replace(code, "GVISOR", map[bool]string{true: "True", false: "False"}[underGVisor()], 1)
+		code = strings.Replace(code, "GVISOR", pyBool(underGVisor()), 1)
 		res := runCode(t, cs, map[string]any{"language": "python", "conversationId": "probe", "code": code})
 		// The agent, the zygote's template and the zygote.
 		if strings.TrimSpace(res.Stdout) != "3 []" {

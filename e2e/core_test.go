@@ -144,9 +144,11 @@ func TestMCP(t *testing.T) {
 		// files.
 		runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-a",
 			"code": "echo secret > /tmp/secret; echo a > a.txt; (setsid sleep 300 &); echo ok"})
+		// test -e, not ls: gVisor (Debian's 2022 runsc) refuses the
+		// AT_NO_AUTOMOUNT that coreutils' ls and stat pass (SECURITY.md).
 		r := runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-b",
-			"code": "ls /tmp/secret /data/a.txt 2>&1 | grep -c 'No such'; ps -eo comm | grep -c sleep; env | grep -c SECRET"})
-		if r.Stdout != "2\n0\n0\n" {
+			"code": "for f in /tmp/secret /data/a.txt; do test -e $f && echo $f; done; ps -eo comm | grep -c sleep; env | grep -c SECRET"})
+		if r.Stdout != "0\n0\n" {
 			t.Errorf("conversation B saw traces of A: %q", r.Stdout)
 		}
 	})

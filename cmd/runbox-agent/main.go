@@ -48,6 +48,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent: RUNBOX_USER:", err)
 		os.Exit(2)
 	}
+	// Before any child: what the sandbox cannot list, nobody may make.
+	if err := agent.DenyMqueuesUnlisted(); err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: forbid POSIX message queues:", err)
+		os.Exit(1)
+	}
 	if *skel != "" {
 		if err := agent.CopyTree(*skel, "/tmp", user); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)

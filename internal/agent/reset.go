@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -26,9 +25,6 @@ import (
 // if every check passed: the executor removes a sandbox that is not. The
 // agent's own state holds nothing a program gave it but what the next run
 // replaces.
-
-// mqueueDir is where Docker mounts the sandbox's mqueue file system.
-const mqueueDir = "/dev/mqueue"
 
 // reset runs between runs, from the frame loop.
 func (st *starter) reset() Reset {
@@ -201,32 +197,6 @@ func sysvObjects() (int, error) {
 		n += int(buf[q.field])
 	}
 	return n, nil
-}
-
-// mqueueListable checks that the POSIX message queues of the sandbox can
-// be seen (and so wiped): an mqueue file system at dir, as Docker mounts
-// at /dev/mqueue under runc. gVisor has none, yet lets programs make
-// queues, which then outlive them unseen: unless mq_open is refused, the
-// sandbox cannot be shown free of them.
-func mqueueListable(dir string) error {
-	const mqueueMagic = 0x19800202
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == mqueueMagic {
-		return nil
-	}
-	// The system call takes the name without mq_open(3)'s leading '/'.
-	name := []byte("runbox-probe-" + strconv.Itoa(os.Getpid()) + "\x00")
-	fd, _, errno := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(&name[0])),
-		unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_CLOEXEC, 0o600, 0, 0, 0)
-	if refused(errno) {
-		return nil // none can be made here
-	}
-	if errno != 0 {
-		return fmt.Errorf("mq_open: %w", errno)
-	}
-	unix.Close(int(fd))
-	_, _, _ = unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(&name[0])), 0, 0)
-	return errors.New("POSIX message queues can be made here but not listed")
 }
 
 // descriptorsHidden reports whether the agent's descriptors are out of

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -78,5 +79,33 @@ func TestMqueueListable(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "runbox-probe-") {
 			t.Errorf("the probe left %s", e.Name())
 		}
+	}
+}
+
+// TestDenyMqOpen: under the filter mq_open is refused, to the process and
+// to what it starts, and mqueueListable accepts a sandbox without an
+// mqueue file system. It runs in a child process of its own: a filter
+// cannot be removed.
+func TestDenyMqOpen(t *testing.T) {
+	if os.Getenv("RUNBOX_TEST_DENY_MQ") == "1" {
+		if err := denyMqOpen(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mqueueListable(t.TempDir()); err != nil {
+			t.Fatalf("under the filter: %v", err)
+		}
+		out, err := exec.Command("python3", "-c", `import ctypes, os
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+print(rt.mq_open(b"/runbox-child", os.O_CREAT | os.O_RDWR, 0o600, None), ctypes.get_errno())`).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "-1 1" {
+			t.Fatalf("a child's mq_open: %q %v, want -1 EPERM", out, err)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDenyMqOpen$", "-test.v")
+	cmd.Env = append(os.Environ(), "RUNBOX_TEST_DENY_MQ=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestDenyMqOpen") {
+		t.Fatalf("in a child: %v\n%s", err, out)
 	}
 }

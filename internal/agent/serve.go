@@ -424,9 +424,9 @@ func (st *starter) startCell(run Run, path string, env []string, stdio [3]*os.Fi
 // in /tmp, which programs own: whatever an earlier one left there — a
 // link in place of the folder or the file, a FIFO that would block the
 // write — is removed, and the file made anew without following links.
-// With owner (programs run as another user than the agent) the folder
-// stays the agent's, readable (a launcher may list it), and the file is
-// given to owner.
+// With owner (programs run as another user than the agent) both are given
+// to owner, as if a program had made them (a launcher may write beside
+// the file).
 func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		_ = os.Remove(dir)
@@ -444,7 +444,7 @@ func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	}
 	_, err = f.WriteString(code)
 	if owner != nil && err == nil {
-		if err = os.Chmod(dir, 0o755); err == nil {
+		if err = os.Chown(dir, int(owner.Uid), int(owner.Gid)); err == nil {
 			err = f.Chown(int(owner.Uid), int(owner.Gid))
 		}
 	}
