@@ -26,7 +26,7 @@ const resetTimeout = 10 * time.Second
 // recycle resets an evicted sandbox into the pool, or removes it.
 func (m *Manager) recycle(sb *sandbox) {
 	lang := sb.key.language
-	if m.opts.Recycle == nil || !m.opts.Runtime.Recycles || sb.dead.Load() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
+	if m.opts.Recycle == nil || sb.dead.Load() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
 		return
 	}

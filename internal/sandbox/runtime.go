@@ -19,11 +19,6 @@ import (
 type Runtime struct {
 	// Name is the runtime Docker is asked for; "" is the engine's default.
 	Name string
-	// Recycles says whether an evicted sandbox may be reset for another
-	// conversation. The agent proves each reset (package agent, reset.go)
-	// and refuses one it cannot prove; a runtime under which it always
-	// refuses is not asked, and its evicted sandboxes are removed at once.
-	Recycles bool
 	// AgentApart runs the agent as root, with only the capabilities it
 	// needs to start programs as User and to end and clean up after them,
 	// instead of as User itself: for a kernel that leaves a non-dumpable
@@ -61,9 +56,9 @@ func RuntimeFor(name string) Runtime {
 		// agent itself finds what else differs (agent.DenyMqueuesUnlisted,
 		// the I/O priority in attrs.go) and proves each reset as under
 		// runc.
-		return Runtime{Name: name, Recycles: true, AgentApart: true, PidsInside: true}
+		return Runtime{Name: name, AgentApart: true, PidsInside: true}
 	default:
-		return Runtime{Name: name, Recycles: true}
+		return Runtime{Name: name}
 	}
 }
 

@@ -105,8 +105,7 @@ type Options struct {
 	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
 	ImageTag string
 	// Runtime is the OCI runtime of sandboxes and what differs under it
-	// (RuntimeFor); the zero value is the engine's default, without
-	// recycling.
+	// (RuntimeFor); the zero value is the engine's default.
 	Runtime Runtime
 	// Recycle, if set, takes the folder an evicted sandbox mounts away
 	// from its conversation and returns it as an empty slot (see
