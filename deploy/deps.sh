@@ -24,14 +24,7 @@ if [ "${1:-run}" = test ]; then
 fi
 [ -z "$need" ] && exit 0
 
-cmd="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$need"
-if [ "$(id -u)" = 0 ]; then
-  sudo=""
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-  sudo="sudo"
-else
-  echo "deps: missing$need; install them with: sudo sh -c '$cmd'" >&2
-  exit 1
-fi
+. ./lib.sh
+root_or_sudo "deps: missing$need; install them with: sudo apt-get install$need"
 echo "deps: installing$need" >&2
-$sudo sh -c "$cmd" >/dev/null
+apt_install "$need"

@@ -20,21 +20,15 @@ if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; th
   exit 0
 fi
 
-if [ "$(id -u)" = 0 ]; then
-  sudo=""
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-  sudo="sudo"
-else
-  echo "runsc: registering gVisor needs root: sudo $0" >&2
-  exit 1
-fi
+. "$(dirname "$0")/lib.sh"
+root_or_sudo "runsc: registering gVisor needs root: sudo $0"
 
 need=""
 command -v runsc >/dev/null || need="$need runsc"
 command -v jq >/dev/null || need="$need jq"
 if [ -n "$need" ]; then
   echo "runsc: installing$need" >&2
-  $sudo sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$need" >/dev/null
+  apt_install "$need"
 fi
 path=$(command -v runsc)
 
