@@ -3,6 +3,11 @@
 // time, and reports their output and exit on its stdout.
 //
 // Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] -- LAUNCH...
+//
+// RUNBOX_USER=uid:gid in its environment starts programs, the zygote and
+// its template as that user instead of the agent's own (the executor sets
+// it, and starts the agent as root with a few capabilities, under gVisor:
+// see agent.Config.User).
 package main
 
 import (
