@@ -19,9 +19,11 @@ import (
 // from the template afterwards, see zygote.go), no file where a program
 // can write (Config.Wipe: the root file system is read-only, and /data is
 // the executor's to empty), no System V IPC object, no POSIX message queue
-// (/dev/mqueue is wiped), and no process attribute a program could change
-// in the agent or the template, the two processes that outlive it (see
-// attrs.go). Each is checked once done, and the reset reports Clean only
+// (/dev/mqueue is wiped, or, where there is none, none can be made: see
+// mqueue.go), and no process attribute a program could change in the
+// agent or the template, the two processes that outlive it (see
+// attrs.go), and only while programs cannot reach the agent's descriptors
+// (descriptorsHidden). Each is checked once done, and the reset reports Clean only
 // if every check passed: the executor removes a sandbox that is not. The
 // agent's own state holds nothing a program gave it but what the next run
 // replaces.
