@@ -173,7 +173,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		}
 		c.AuditKey = []byte(key)
 	}
-	for o := range strings.SplitSeq(getenv("MCP_ALLOWED_ORIGINS"), ",") {
+	for o := range strings.SplitSeq(p.str("MCP_ALLOWED_ORIGINS", ""), ",") {
 		if o = strings.TrimSpace(o); o == "" {
 			continue
 		}
