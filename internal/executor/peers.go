@@ -16,7 +16,11 @@ import (
 // host, with nobody left to do it later. With the containers go what the
 // dead executor held: its runs' leases (the watchdog ends those runs at
 // once), its registration (its conversations' next runs go to any
-// executor), and its pool's slots.
+// executor: an owner that is not registered owns nothing), and its pool's
+// slots. Its other locks need no one: the leader lease, if it held it,
+// lapsed before it could be found dead (leader.TTL is 5 s, against a 10 s
+// heartbeat and a 6 s watch), and the conversations' lock files are
+// flocks, which its kernel released with the process.
 
 // peerBeatWindow is how long a stopping executor watches its peers'
 // heartbeats: a live one beats every HeartbeatInterval, so one that has
