@@ -9,10 +9,15 @@ VERSITYGW ?= v1.8.0
 run: deps images build
 	./bin/api
 
-## test: every test: unit, and integration against real Redis and Docker
+# The end-to-end tests that run a second time with sandboxes under gVisor.
+RUNSC_TESTS = ^(TestContainment|TestRecycledSandbox|TestMCP|TestREST|TestExecutorCrash|TestExecutorShutdown|TestEmbedded|TestExecutorShutdownLetsRunsFinish|TestPoolForNewConversations)$$
+
+## test: every test: unit, and integration against real Redis and Docker;
+## then the containment, recycling and core end-to-end tests under gVisor
 test: test-deps images
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 60m ./...
+	SANDBOX_RUNTIME=runsc $(GO) test -race -count=1 -timeout 30m -run '$(RUNSC_TESTS)' ./e2e
 
 ## bench: start the service on a real redis-server and Docker, measure it
 ## against plain-Docker baselines, print the table (also in var/bench.md)

@@ -21,6 +21,7 @@ const (
 	ERateLimited      = "rate_limited"
 	EUnavailable      = "unavailable"
 	EUnauthorized     = "unauthorized"
+	EForbidden        = "forbidden"         // a request from a web origin the server does not accept
 	ESessionNotFound  = "session_not_found" // the Python sandbox PRD's not_found for a conversation
 	EEgressDenied     = "egress_denied"     // a run asked to reach a domain its client may not
 	EInternal         = "internal"

@@ -1,7 +1,7 @@
 // Package deploy_test brings docker-compose.yml up on this machine's Docker
 // Engine and uses it as a client would: code through /mcp, a download, an
-// executor killed, Redis restarted, and the stack taken down with no
-// sandbox left.
+// executor killed, Redis restarted, and the stack taken down right after
+// another executor was killed, with no sandbox left.
 package deploy_test
 
 import (
@@ -38,7 +38,7 @@ type stack struct {
 }
 
 func TestCompose(t *testing.T) {
-	s := up(t, 2)
+	s := up(t, 3)
 	ctx := context.Background()
 	cs := s.connect()
 
@@ -53,10 +53,10 @@ func TestCompose(t *testing.T) {
 	}
 	first := res.RunID
 
-	// One executor killed: the other still runs code, and the dead one's
-	// sandboxes do not outlive it.
+	// One executor killed: the others still run code, and the dead one's
+	// sandboxes go within 60 s of its heartbeat's end (10 s after the kill).
 	executors := s.containers("executor")
-	if len(executors) != 2 {
+	if len(executors) != 3 {
 		t.Fatalf("executors: %v", executors)
 	}
 	killed := executors[0]
@@ -70,7 +70,7 @@ func TestCompose(t *testing.T) {
 			t.Fatalf("run after the kill: %+v", res)
 		}
 	}
-	waitFor(t, 90*time.Second, "the killed executor's sandboxes to be removed", func() bool {
+	waitFor(t, 70*time.Second, "the killed executor's sandboxes to be removed", func() bool {
 		return s.sandboxes(killed[:12]) == 0
 	})
 
@@ -94,8 +94,17 @@ func TestCompose(t *testing.T) {
 		t.Fatalf("run after the Redis restart: %+v", res)
 	}
 
-	// Down: no sandbox of any executor is left.
+	// Down right after another executor was killed, its heartbeat still
+	// current: the last one standing removes its sandboxes on its way out,
+	// and no sandbox of any executor is left.
 	live := s.containers("executor")
+	if len(live) != 2 {
+		t.Fatalf("live executors: %v", live)
+	}
+	waitFor(t, 60*time.Second, "the next victim's pool", func() bool { return s.sandboxes(live[0][:12]) > 0 })
+	if _, err := s.docker.ContainerKill(ctx, live[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
 	s.run("down", "-v", "--timeout", "60")
 	for _, id := range append(live, killed) {
 		if n := s.sandboxes(id[:12]); n != 0 {

@@ -5,7 +5,15 @@
 #
 # Usage: deploy/deps.sh [run|test]   (test also needs chromium, compose,
 # and gcc and git for Gitea)
+#
+# gVisor (runsc) is installed and registered with Docker (deploy/runsc.sh)
+# for the tests, which run sandboxes under it too, and for `run` when
+# SANDBOX_RUNTIME=runsc asks for it.
 set -eu
+cd "$(dirname "$0")"
+if [ "${1:-run}" = test ] || [ "${SANDBOX_RUNTIME:-}" = runsc ]; then
+  ./runsc.sh
+fi
 
 need=""
 command -v docker >/dev/null || { echo "deps: Docker Engine is not installed: see https://docs.docker.com/engine/install/" >&2; exit 1; }
@@ -20,14 +28,7 @@ if [ "${1:-run}" = test ]; then
 fi
 [ -z "$need" ] && exit 0
 
-cmd="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$need"
-if [ "$(id -u)" = 0 ]; then
-  sudo=""
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-  sudo="sudo"
-else
-  echo "deps: missing$need; install them with: sudo sh -c '$cmd'" >&2
-  exit 1
-fi
+. ./lib.sh
+root_or_sudo "deps: missing$need; install them with: sudo apt-get install$need"
 echo "deps: installing$need" >&2
-$sudo sh -c "$cmd" >/dev/null
+apt_install "$need"

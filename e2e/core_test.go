@@ -80,9 +80,11 @@ func TestMCP(t *testing.T) {
 		{name: "no network", args: map[string]any{"language": "python",
 			"code": "import socket\ntry:\n    socket.create_connection(('93.184.216.34', 80), timeout=3)\n    print('connected')\nexcept OSError:\n    print('no network')"},
 			wantOut: "no network\n"},
-		{name: "non-root without capabilities", args: map[string]any{"language": "bash",
-			"code": "id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status"},
-			wantOut: "1000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"},
+		{name: "non-root without capabilities", args: map[string]any{"language": "python",
+			// gVisor's /proc/<pid>/status has no NoNewPrivs line: prctl says.
+			"code": "import ctypes, os\nprint(os.getuid())\nprint(*[l for l in open('/proc/self/status') if l.startswith('CapEff')], end='')\n" +
+				"print('no_new_privs', ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"},
+			wantOut: "1000\nCapEff:\t0000000000000000\nno_new_privs 1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,9 +144,11 @@ func TestMCP(t *testing.T) {
 		// files.
 		runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-a",
 			"code": "echo secret > /tmp/secret; echo a > a.txt; (setsid sleep 300 &); echo ok"})
+		// test -e, not ls: gVisor (Debian's 2022 runsc) refuses the
+		// AT_NO_AUTOMOUNT that coreutils' ls and stat pass (SECURITY.md).
 		r := runCode(t, cs, map[string]any{"language": "bash", "conversationId": "iso-b",
-			"code": "ls /tmp/secret /data/a.txt 2>&1 | grep -c 'No such'; ps -eo comm | grep -c sleep; env | grep -c SECRET"})
-		if r.Stdout != "2\n0\n0\n" {
+			"code": "for f in /tmp/secret /data/a.txt; do test -e $f && echo $f; done; ps -eo comm | grep -c sleep; env | grep -c SECRET"})
+		if r.Stdout != "0\n0\n" {
 			t.Errorf("conversation B saw traces of A: %q", r.Stdout)
 		}
 	})

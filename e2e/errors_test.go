@@ -2,14 +2,20 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
 // TestErrorsLeakNothing calls every tool and route with bad input, then
@@ -139,9 +145,10 @@ func TestErrorsLeakNothing(t *testing.T) {
 }
 
 // TestDockerErrorsLeakNothing: a Docker Engine that refuses every sandbox
-// (an unknown runtime) fails the run with a message of ours.
+// (more CPUs than the host has) fails the run with a message of ours.
 func TestDockerErrorsLeakNothing(t *testing.T) {
-	s := start(t, options{env: []string{"SANDBOX_RUNTIME=no-such-runtime", "SANDBOX_POOL=0"}})
+	cpus := fmt.Sprint(runtime.NumCPU() * 4)
+	s := start(t, options{env: []string{"SANDBOX_CPU_LIMIT=" + cpus, "SANDBOX_POOL=0"}})
 	cs := s.session(nil)
 	r := call(t, cs, "run_code", map[string]any{"language": "bash", "code": "echo hi"}, nil)
 	msg := text(r)
@@ -150,9 +157,22 @@ func TestDockerErrorsLeakNothing(t *testing.T) {
 	if res.Success || (res.Error == "" && !r.IsError) {
 		t.Fatalf("a run without a sandbox succeeded: %s", msg)
 	}
-	for _, bad := range []string{"no-such-runtime", "runtime", "docker", "Error response", s.root} {
+	for _, bad := range []string{"cpu", "docker", "Error response", s.root} {
 		if strings.Contains(strings.ToLower(msg), strings.ToLower(bad)) {
 			t.Errorf("run error shows %q: %s", bad, msg)
 		}
+	}
+}
+
+// TestUnknownRuntime: an executor whose SANDBOX_RUNTIME the Docker Engine
+// does not know stops at start with one line that says so.
+func TestUnknownRuntime(t *testing.T) {
+	cmd := exec.Command(bin.executor)
+	cmd.Env = append(os.Environ(), "SANDBOX_ROOT="+t.TempDir(), "REDIS_URL="+testenv.Redis(t),
+		"SANDBOX_RUNTIME=no-such-runtime", "LOG_LEVEL=error")
+	out, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err == nil || len(lines) != 1 || !strings.Contains(lines[0], `no runtime "no-such-runtime"`) {
+		t.Errorf("err %v, output %q: want one line naming the runtime", err, out)
 	}
 }

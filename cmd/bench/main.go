@@ -23,7 +23,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/runbox-dev/runbox/examples/marketing/demo"
+
 	"github.com/runbox-dev/runbox/internal/bench"
 )
 
@@ -61,7 +63,7 @@ type row struct {
 }
 
 func run(binDir, outFile string, n int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	svc, err := startService(binDir, serviceOptions{executors: 1})
 	if err != nil {
@@ -116,16 +118,11 @@ func run(binDir, outFile string, n int) error {
 	})
 
 	log.Print("run_code print(1), each in a new conversation")
-	var fresh []time.Duration
-	for range max(n/5, 10) {
-		time.Sleep(300 * time.Millisecond) // the pool refills between calls, as between an agent's
-		t := time.Now()
-		if _, err := bench.RunCode(ctx, cs, map[string]any{"language": "python", "code": "print(1)"}, nil); err != nil {
-			return err
-		}
-		fresh = append(fresh, time.Since(t))
+	fr, err := newConversations(ctx, cs, max(n/5, 10))
+	if err != nil {
+		return err
 	}
-	fr := bench.Summarize(fresh)
+	runcFresh := fr
 	rows = append(rows, row{
 		measure:  "`run_code` `print(1)` over `/mcp`, a new conversation each time (pre-started sandboxes)",
 		result:   pair(fr),
@@ -178,6 +175,7 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	l = bench.Summarize(lat)
+	runcAnalysis := l
 	rows = append(rows, row{
 		measure:  fmt.Sprintf("analysis snippet (pandas + matplotlib, %d KB CSV, plot, PNG) over `/mcp`", len(csv)>>10),
 		result:   pair(l),
@@ -288,6 +286,12 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	rows = append(rows, scaled...)
+	gv, err := gvisorRows(ctx, binDir, n, warm, runcFresh, runcAnalysis, csv)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, gv...)
+
 	return output(rows, outFile)
 }
 
@@ -387,16 +391,11 @@ func benchCSV() []byte {
 // folders of their own, sharing Redis and an S3 store (versitygw).
 func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) ([]row, error) {
 	log.Print("two executors, files in S3 (versitygw)")
-	svc, err := startService(binDir, serviceOptions{executors: 2, s3: true})
+	svc, cs, err := startSession(ctx, binDir, serviceOptions{executors: 2, s3: true})
 	if err != nil {
 		return nil, err
 	}
 	defer svc.stop()
-	client := bench.Client{URL: svc.url, Token: svc.token}
-	cs, err := client.Session(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
 	defer cs.Close()
 	lat, _, err := bench.Sequential(ctx, cs, "bench-s3", "python", "print(1)", 5, n)
 	if err != nil {
@@ -426,6 +425,86 @@ func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) (
 	}}, nil
 }
 
+// gvisorRows measures the warm, new-conversation and analysis rows again
+// with sandboxes under gVisor (SANDBOX_RUNTIME=runsc), beside the same
+// rows under the engine's default runtime from this run.
+func gvisorRows(ctx context.Context, binDir string, n int, warm, fresh, snippet bench.Stats, csv []byte) ([]row, error) {
+	log.Print("gVisor: sandboxes under runsc")
+	svc, cs, err := startSession(ctx, binDir, serviceOptions{executors: 1, runtime: "runsc"})
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	defer cs.Close()
+	lat, _, err := bench.Sequential(ctx, cs, "bench-gvisor", "python", "print(1)", 5, n)
+	if err != nil {
+		return nil, err
+	}
+	w := bench.Summarize(lat)
+	f, err := newConversations(ctx, cs, max(n/5, 10))
+	if err != nil {
+		return nil, err
+	}
+	if err := bench.Upload(ctx, cs, "bench-gvisor-analysis", "bench.csv", csv); err != nil {
+		return nil, err
+	}
+	lat, _, err = bench.Sequential(ctx, cs, "bench-gvisor-analysis", "python", analysis, 3, max(n/4, 10))
+	if err != nil {
+		return nil, err
+	}
+	a := bench.Summarize(lat)
+	return []row{{
+		measure:  "gVisor (`SANDBOX_RUNTIME=runsc`): `run_code` `print(1)` over `/mcp`, sequential, warm",
+		result:   pair(w),
+		baseline: "runc " + ms(warm.Median),
+		ratio:    ratio(w.Median, warm.Median),
+		target:   "≤ 2× runc",
+		met:      w.Median <= 2*warm.Median,
+	}, {
+		measure:  "gVisor: `run_code` `print(1)` over `/mcp`, a new conversation each time (pre-started sandboxes)",
+		result:   pair(f),
+		baseline: "runc " + ms(fresh.Median),
+		ratio:    ratio(f.Median, fresh.Median),
+		target:   "—",
+		met:      true,
+	}, {
+		measure:  "gVisor: analysis snippet over `/mcp`",
+		result:   pair(a),
+		baseline: "runc " + ms(snippet.Median),
+		ratio:    ratio(a.Median, snippet.Median),
+		target:   "—",
+		met:      true,
+	}}, nil
+}
+
+// startSession starts a service and connects an MCP client to it.
+func startSession(ctx context.Context, binDir string, o serviceOptions) (*service, *mcp.ClientSession, error) {
+	svc, err := startService(binDir, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := bench.Client{URL: svc.url, Token: svc.token}.Session(ctx, nil)
+	if err != nil {
+		svc.stop()
+		return nil, nil, err
+	}
+	return svc, cs, nil
+}
+
+// newConversations times n runs of print(1), each in a new conversation.
+func newConversations(ctx context.Context, cs *mcp.ClientSession, n int) (bench.Stats, error) {
+	var lat []time.Duration
+	for range n {
+		time.Sleep(300 * time.Millisecond) // the pool refills between calls, as between an agent's
+		t := time.Now()
+		if _, err := bench.RunCode(ctx, cs, map[string]any{"language": "python", "code": "print(1)"}, nil); err != nil {
+			return bench.Stats{}, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	return bench.Summarize(lat), nil
+}
+
 // service is the runbox under test.
 type service struct {
 	url, token string
@@ -442,6 +521,8 @@ type serviceOptions struct {
 	s3 bool
 	// env is more settings for every process.
 	env []string
+	// runtime is SANDBOX_RUNTIME; "" the engine's default.
+	runtime string
 }
 
 func startService(binDir string, o serviceOptions) (*service, error) {
@@ -468,6 +549,7 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 		"MCP_API_TOKEN="+s.token,
 		"SANDBOX_ROOT="+root,
 		"LOG_LEVEL=warn",
+		"SANDBOX_RUNTIME="+o.runtime,
 	)
 	env = append(env, o.env...)
 	s3Addr := ""

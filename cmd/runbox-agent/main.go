@@ -3,6 +3,11 @@
 // time, and reports their output and exit on its stdout.
 //
 // Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] -- LAUNCH...
+//
+// RUNBOX_USER=uid:gid in its environment starts programs, the zygote and
+// its template as that user instead of the agent's own (the executor sets
+// it, and starts the agent as root with a few capabilities, under gVisor:
+// see agent.Config.User).
 package main
 
 import (
@@ -12,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -43,14 +49,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent: prctl(PR_SET_DUMPABLE):", err)
 		os.Exit(1)
 	}
+	user, err := programUser(os.Getenv("RUNBOX_USER"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: RUNBOX_USER:", err)
+		os.Exit(2)
+	}
+	// Before any child: what the sandbox cannot list, nobody may make.
+	if err := agent.DenyMqueuesUnlisted(); err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: forbid POSIX message queues:", err)
+		os.Exit(1)
+	}
 	if *skel != "" {
-		if err := agent.CopyTree(*skel, "/tmp"); err != nil {
+		if err := agent.CopyTree(*skel, "/tmp", user); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
 		}
 	}
 	var when *regexp.Regexp
 	if *preloadWhen != "" {
-		var err error
 		if when, err = regexp.Compile(*preloadWhen); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: -preload-when:", err)
 			os.Exit(2)
@@ -70,6 +85,7 @@ func main() {
 		Skel:        *skel,
 		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
 		Proxy:       *proxy,
+		User:        user,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -89,6 +105,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// programUser reads RUNBOX_USER, uid:gid: the user programs run as when it
+// is not the agent's (agent.Config.User); nil when unset.
+func programUser(v string) (*syscall.Credential, error) {
+	if v == "" {
+		return nil, nil
+	}
+	u, g, ok := strings.Cut(v, ":")
+	uid, uerr := strconv.ParseUint(u, 10, 32)
+	gid, gerr := strconv.ParseUint(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil || uid == 0 {
+		return nil, fmt.Errorf("want uid:gid of a user other than root, got %q", v)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // programEnv is the agent's environment without its own settings.

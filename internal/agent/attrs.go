@@ -13,12 +13,21 @@ import (
 // so it can change them in the agent and the template, the two processes
 // that outlive its conversation: a reset checks them (fail closed: it
 // cannot raise a limit a program lowered, nor undo a lower priority).
+//
+// Under gVisor ioprio_get and ioprio_set are refused to every process
+// (EPERM: the sentry has no I/O scheduler): the I/O priority can then be
+// neither read nor changed, and the check instead proves, each time, that
+// it still cannot be changed — a kernel that let ioprio_set through while
+// refusing ioprio_get fails it (see ioprioFixed).
 type procAttrs struct {
 	limits   [nLimits]unix.Rlimit
 	nice     int
 	affinity unix.CPUSet
 	policy   uintptr
 	ioprio   uintptr
+	// ioprioFixed is set when the kernel refuses ioprio_get and
+	// ioprio_set alike; ioprio is then 0.
+	ioprioFixed bool
 }
 
 // nLimits is the number of resource limits Linux has (RLIM_NLIMITS).
@@ -46,10 +55,42 @@ func readAttrs(pid int) (procAttrs, error) {
 	if a.policy, _, errno = unix.Syscall(unix.SYS_SCHED_GETSCHEDULER, uintptr(pid), 0, 0); errno != 0 {
 		return a, fmt.Errorf("sched_getscheduler: %w", errno)
 	}
-	if a.ioprio, _, errno = unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(pid), 0); errno != 0 {
+	a.ioprio, _, errno = unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(pid), 0)
+	switch {
+	case errno == 0:
+	case refused(errno):
+		if err := ioprioSetRefused(); err != nil {
+			return a, err
+		}
+		a.ioprio, a.ioprioFixed = 0, true
+	default:
 		return a, fmt.Errorf("ioprio_get: %w", errno)
 	}
 	return a, nil
+}
+
+// refused reports an errno with which a kernel declines a system call it
+// does not offer.
+func refused(errno unix.Errno) bool {
+	return errno == unix.EPERM || errno == unix.ENOSYS
+}
+
+// ioprioSetRefused proves that no process here can change an I/O
+// priority: ioprio_set is refused to the agent itself (the kernel is the
+// same for every process of the sandbox, and a program has no privilege
+// the agent lacks). The priority it asks for is the lowest, so that a
+// kernel that accepted it would have lowered nothing but the agent's own,
+// which the caller then reports.
+func ioprioSetRefused() error {
+	const classIdle = 3 // IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT (13)
+	_, _, errno := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, classIdle<<13)
+	if errno == 0 {
+		return fmt.Errorf("ioprio_get is refused but ioprio_set is not: an I/O priority could be changed unseen")
+	}
+	if !refused(errno) {
+		return fmt.Errorf("ioprio_set: %w", errno)
+	}
+	return nil
 }
 
 // check reports whether process pid (0: this one) still has the
@@ -71,7 +112,7 @@ func (a procAttrs) check(pid int) error {
 		return fmt.Errorf("CPU affinity changed")
 	case now.policy != a.policy:
 		return fmt.Errorf("scheduling policy changed")
-	case now.ioprio != a.ioprio:
+	case now.ioprio != a.ioprio || now.ioprioFixed != a.ioprioFixed:
 		return fmt.Errorf("I/O priority changed")
 	}
 	return nil

@@ -1,14 +1,15 @@
 package agent
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A reset readies a sandbox for another conversation: the executor hands
@@ -18,17 +19,24 @@ import (
 // from the template afterwards, see zygote.go), no file where a program
 // can write (Config.Wipe: the root file system is read-only, and /data is
 // the executor's to empty), no System V IPC object, no POSIX message queue
-// (/dev/mqueue is wiped), and no process attribute a program could change
-// in the agent or the template, the two processes that outlive it (see
-// attrs.go). Each is checked once done, and the reset reports Clean only
+// (/dev/mqueue is wiped, or, where there is none, none can be made: see
+// mqueue.go), and no process attribute a program could change in the
+// agent or the template, the two processes that outlive it (see
+// attrs.go), and only while programs cannot reach the agent's descriptors
+// (descriptorsHidden). Each is checked once done, and the reset reports Clean only
 // if every check passed: the executor removes a sandbox that is not. The
 // agent's own state holds nothing a program gave it but what the next run
 // replaces.
 
 // reset runs between runs, from the frame loop.
 func (st *starter) reset() Reset {
-	if !st.cfg.Sweep || os.Getuid() == 0 {
+	if !st.cfg.ownsSandbox() {
 		return Reset{Reason: "this agent does not own its sandbox"}
+	}
+	if !descriptorsHidden(st.cfg.programUID()) {
+		// Every other check would pass: what a program could have done
+		// through the agent's descriptors cannot be undone or seen.
+		return Reset{Reason: "this kernel shows the agent's descriptors to programs"}
 	}
 	// The zygote first, before taking busy: it takes busy to start.
 	if z := st.zygote; z != nil {
@@ -59,6 +67,9 @@ func (st *starter) reset() Reset {
 	if n, err := sysvObjects(); err != nil || n > 0 {
 		fail("System V IPC objects are left (%d, %v)", n, err)
 	}
+	if err := mqueueListable(mqueueDir); err != nil {
+		fail("%v", err)
+	}
 	// Nothing can have started since the sweep (no program runs, busy is
 	// held), but the check is cheap and a reset must not assume.
 	if !sweep(spare) {
@@ -81,7 +92,7 @@ func (st *starter) reset() Reset {
 		replace = pid == 0 || !t.waitReady(0)
 	}
 	if r.Clean && st.cfg.Skel != "" {
-		if err := CopyTree(st.cfg.Skel, "/tmp"); err != nil {
+		if err := CopyTree(st.cfg.Skel, "/tmp", st.cfg.User); err != nil {
 			fail("restore caches: %v", err)
 		}
 	}
@@ -103,10 +114,10 @@ func (st *starter) startZygote() {
 		return
 	}
 	if st.template == nil {
-		st.template = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, nil)
+		st.template = newZygote(st.cfg.Zygote, st.cfg.Env, st.cfg.User, st.waiter, &st.busy, nil)
 		go st.template.run()
 	}
-	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.waiter, &st.busy, st.template)
+	st.zygote = newZygote(st.cfg.Zygote, st.cfg.Env, st.cfg.User, st.waiter, &st.busy, st.template)
 	go st.zygote.run()
 }
 
@@ -160,32 +171,51 @@ func openUp(p string) {
 }
 
 // sysvObjects counts the System V shared memory segments, semaphore sets
-// and message queues of the sandbox's IPC namespace.
+// and message queues of the sandbox's IPC namespace, as the kernel's own
+// counters say (shmctl SHM_INFO, semctl SEM_INFO, msgctl MSG_INFO): gVisor
+// has no /proc/sysvipc to list them by, and these answer under either
+// kernel without any permission on the objects.
 func sysvObjects() (int, error) {
+	const (
+		shmInfo = 14 // SHM_INFO: struct shm_info, used_ids first
+		semInfo = 19 // SEM_INFO: struct seminfo, semusz eighth
+		msgInfo = 12 // MSG_INFO: struct msginfo, msgpool first
+	)
+	var buf [16]int32 // larger than any of the three structs
+	p := uintptr(unsafe.Pointer(&buf[0]))
 	n := 0
-	for _, kind := range []string{"shm", "sem", "msg"} {
-		f, err := os.Open("/proc/sysvipc/" + kind)
-		if err != nil {
-			return 0, err
+	for _, q := range []struct {
+		trap, a1, a2, a3, a4 uintptr
+		field                int
+	}{
+		{unix.SYS_SHMCTL, 0, shmInfo, p, 0, 0},
+		{unix.SYS_SEMCTL, 0, 0, semInfo, p, 7},
+		{unix.SYS_MSGCTL, 0, msgInfo, p, 0, 0},
+	} {
+		buf = [16]int32{}
+		if _, _, errno := unix.Syscall6(q.trap, q.a1, q.a2, q.a3, q.a4, 0, 0); errno != 0 {
+			return 0, errno
 		}
-		sc := bufio.NewScanner(f)
-		lines := 0
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) != "" {
-				lines++
-			}
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			return 0, err
-		}
-		n += max(lines-1, 0) // the first line is a header
+		n += int(buf[q.field])
 	}
 	return n, nil
 }
 
-// CopyTree copies regular files and folders from src into dst.
-func CopyTree(src, dst string) error {
+// descriptorsHidden reports whether the agent's descriptors are out of
+// reach of programs, which run as uid: its /proc/<pid>/fd belongs to
+// another user. Linux gives a non-dumpable process's to root; gVisor's
+// (Debian's 2022 release) leaves them the process's own user's, so there
+// only an agent that runs as another user than programs (Config.User)
+// keeps its stdin and stdout, the executor's frames, to itself. Call it
+// after PR_SET_DUMPABLE(0).
+func descriptorsHidden(uid int) bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/fd", &st) == nil && int(st.Uid) != uid
+}
+
+// CopyTree copies regular files and folders from src into dst, given to
+// owner if set.
+func CopyTree(src, dst string, owner *syscall.Credential) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -197,14 +227,18 @@ func CopyTree(src, dst string) error {
 		target := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(target, 0o700)
+			err = os.MkdirAll(target, 0o700)
 		case d.Type().IsRegular():
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
+			var b []byte
+			if b, err = os.ReadFile(path); err == nil {
+				err = os.WriteFile(target, b, 0o600)
 			}
-			return os.WriteFile(target, b, 0o600)
+		default:
+			return nil
 		}
-		return nil
+		if err == nil && owner != nil {
+			err = os.Lchown(target, int(owner.Uid), int(owner.Gid))
+		}
+		return err
 	})
 }

@@ -61,6 +61,34 @@ type Config struct {
 	// Proxy is where the proxy listener listens (ProxyAddr); none if
 	// empty. What connects to it reaches the executor as a proxy stream.
 	Proxy string
+	// User, when set, is the user programs, the zygote and its template
+	// run as, not the agent's own: under a kernel that shows a
+	// non-dumpable process's descriptors to processes of its user
+	// (gVisor), only another user keeps the agent's out of their reach.
+	// The agent then runs as root with the few capabilities this takes.
+	User *syscall.Credential
+}
+
+// ownsSandbox reports whether the agent may kill every other process it
+// sees and empty the folders programs write to: it runs as the programs'
+// user, or apart from them as the init of a sandbox — never as root
+// among a host's processes (a test, say).
+func (cfg Config) ownsSandbox() bool {
+	if !cfg.Sweep {
+		return false
+	}
+	if cfg.User != nil {
+		return os.Getpid() == 1
+	}
+	return os.Getuid() != 0
+}
+
+// programUID is the uid programs run as.
+func (cfg Config) programUID() int {
+	if cfg.User != nil {
+		return int(cfg.User.Uid)
+	}
+	return os.Getuid()
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or
@@ -257,7 +285,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			st.busy.Unlock()
 		}
 	}()
-	if err := writeProgram(cfg.Scratch, "main."+cfg.Ext, run.Code); err != nil {
+	if err := writeProgram(cfg.Scratch, "main."+cfg.Ext, run.Code, cfg.User); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
@@ -308,7 +336,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		cmd.Env = env
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
 		// Its own session, so that killing the group reaches what it started.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cfg.User}
 		var ended <-chan syscall.WaitStatus
 		ended, err = st.waiter.start(cmd)
 		if err == nil {
@@ -322,7 +350,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		return nil, fmt.Errorf("start program: %w", err)
 	}
 
-	p := &process{pid: pid, cell: c, done: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.Sweep}
+	p := &process{pid: pid, cell: c, done: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.ownsSandbox()}
 	p.spare = func() []int {
 		pids := st.templatePIDs()
 		if st.zygote != nil {
@@ -422,7 +450,10 @@ func (st *starter) startCell(run Run, path string, env []string, stdio [3]*os.Fi
 // in /tmp, which programs own: whatever an earlier one left there — a
 // link in place of the folder or the file, a FIFO that would block the
 // write — is removed, and the file made anew without following links.
-func writeProgram(dir, name, code string) error {
+// With owner (programs run as another user than the agent) both are given
+// to owner, as if a program had made them (a launcher may write beside
+// the file).
+func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		_ = os.Remove(dir)
 	}
@@ -438,6 +469,11 @@ func writeProgram(dir, name, code string) error {
 		return fmt.Errorf("write program: %w", err)
 	}
 	_, err = f.WriteString(code)
+	if owner != nil && err == nil {
+		if err = os.Chown(dir, int(owner.Uid), int(owner.Gid)); err == nil {
+			err = f.Chown(int(owner.Uid), int(owner.Gid))
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -485,15 +521,12 @@ func (p *process) kill() bool {
 const sweepTime = 2 * time.Second
 
 // sweep kills every process it may, other than init, the agent itself and
-// spare, and scans again until a scan finds none alive: a process can fork
+// spare (only in a sandbox the agent owns: Config.ownsSandbox), and scans again until a scan finds none alive: a process can fork
 // between a scan and its kill (a fork loop, a double fork under way), but
 // a killed one cannot, so the scans converge. It reports whether they did
 // in time. Zombies are dead already (their parent, the agent or the
 // zygote, reaps them).
 func sweep(spare []int) bool {
-	if os.Getuid() == 0 {
-		return false // never as root: that is not a sandbox
-	}
 	self := os.Getpid()
 	deadline := time.Now().Add(sweepTime)
 	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {

@@ -36,6 +36,7 @@ const zygoteStartTimeout = 5 * time.Second
 type zygote struct {
 	command []string
 	env     []string
+	user    *syscall.Credential // Config.User
 	waiter  waiter
 	// template, when set and ready, spawns this zygote instead of a start
 	// of command.
@@ -72,8 +73,8 @@ type zygoteMessage struct {
 	Status int  `json:"status"`
 }
 
-func newZygote(command, env []string, w waiter, busy *sync.Mutex, template *zygote) *zygote {
-	return &zygote{command: command, env: env, waiter: w, busy: busy, template: template, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
+func newZygote(command, env []string, user *syscall.Credential, w waiter, busy *sync.Mutex, template *zygote) *zygote {
+	return &zygote{command: command, env: env, user: user, waiter: w, busy: busy, template: template, forks: make(chan zygoteFork, 1), exits: map[int]chan syscall.WaitStatus{},
 		readyCh: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -271,6 +272,7 @@ func (z *zygote) launch() (int, *os.File, <-chan syscall.WaitStatus, error) {
 	cmd.Dir = "/tmp"
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: z.user}
 	ended, err := z.waiter.start(cmd)
 	if err != nil {
 		ours.Close()

@@ -158,9 +158,9 @@ func newTestZygote(t *testing.T) (tmpl, z *zygote, env []string) {
 	command := []string{py, filepath.Join(filepath.Dir(file), "..", "..", "runners", "python", "zygote.py")}
 	env = []string{"PATH=" + os.Getenv("PATH")}
 	busy := new(sync.Mutex)
-	tmpl = newZygote(command, env, plainWaiter{}, busy, nil)
+	tmpl = newZygote(command, env, nil, plainWaiter{}, busy, nil)
 	go tmpl.run()
-	z = newZygote(command, env, plainWaiter{}, busy, tmpl)
+	z = newZygote(command, env, nil, plainWaiter{}, busy, tmpl)
 	go z.run()
 	t.Cleanup(func() {
 		z.stop()
@@ -216,7 +216,7 @@ func TestZygoteSpawnedFromTemplate(t *testing.T) {
 	first := z.processID()
 	stopped(t, z)
 
-	next := newZygote(z.command, env, plainWaiter{}, z.busy, tmpl)
+	next := newZygote(z.command, env, nil, plainWaiter{}, z.busy, tmpl)
 	go next.run()
 	defer stopped(t, next)
 	if !next.awaitReady(10 * time.Second) {
@@ -236,7 +236,7 @@ func TestZygoteTemplateStopped(t *testing.T) {
 	if err := syscall.Kill(tmpl.processID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	next := newZygote(z.command, env, plainWaiter{}, z.busy, tmpl)
+	next := newZygote(z.command, env, nil, plainWaiter{}, z.busy, tmpl)
 	go next.run()
 	defer stopped(t, next)
 	if !next.awaitReady(20 * time.Second) {
@@ -254,13 +254,13 @@ func TestZygoteTemplateSilent(t *testing.T) {
 	silent := newZygote([]string{z.command[0], "-c", `import socket, time
 s = socket.socket(fileno=3)  # kept: closed, it would end the template
 s.send(b'{"ready": true}')
-time.sleep(60)`}, env, plainWaiter{}, z.busy, nil)
+time.sleep(60)`}, env, nil, plainWaiter{}, z.busy, nil)
 	go silent.run()
 	defer stopped(t, silent)
 	if !silent.awaitReady(20 * time.Second) {
 		t.Fatal("the silent template is not ready")
 	}
-	next := newZygote(z.command, env, plainWaiter{}, z.busy, silent)
+	next := newZygote(z.command, env, nil, plainWaiter{}, z.busy, silent)
 	go next.run()
 	defer stopped(t, next)
 	if !next.awaitReady(20 * time.Second) {

@@ -59,6 +59,9 @@ type Options struct {
 	// BodyBudget bounds the bytes of the request bodies held in memory at
 	// once, across every client.
 	BodyBudget int64
+	// Origins are the web origins besides none whose requests the api's
+	// routes accept (origin.go): the server's own and MCP_ALLOWED_ORIGINS.
+	Origins []string
 	// MetricsToken, when set, is the bearer token /metrics asks for.
 	MetricsToken string
 	// Audit, when set, records every REST request and every request
@@ -130,7 +133,10 @@ func New(opts Options) *Server {
 	mon.Any("", dashboard)
 	mon.Any("/*", dashboard)
 	s.echo = e
-	s.handler = newBodyGate(opts.BodyBudget, routeLimit(opts.MaxBody, opts.MaxUpload)).wrap(e)
+	// The origin first: a browser's request from a page elsewhere is
+	// refused before its token is looked at or its body read.
+	s.handler = newOriginGuard(opts.Origins, apiRoute).wrap(
+		newBodyGate(opts.BodyBudget, routeLimit(opts.MaxBody, opts.MaxUpload)).wrap(e))
 	return s
 }
 
@@ -348,6 +354,7 @@ var status = map[string]int{
 	runbox.EUnavailable:      http.StatusServiceUnavailable,
 	runbox.EUnauthorized:     http.StatusUnauthorized,
 	runbox.EEgressDenied:     http.StatusForbidden,
+	runbox.EForbidden:        http.StatusForbidden,
 	runbox.EInternal:         http.StatusInternalServerError,
 }
 

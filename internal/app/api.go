@@ -216,6 +216,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		MaxUpload:    cfg.MaxUpload,
 		BodyBudget:   cfg.BodyBudget,
 		MetricsToken: cfg.MetricsToken,
+		Origins:      append([]string{cfg.Origin()}, cfg.AllowedOrigins...),
 		Audit:        recorder,
 		Registry:     registry,
 		Logger:       log,

@@ -253,7 +253,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		IdleTTL:  cfg.SessionTTL,
 		MaxWarm:  warm,
 		ImageTag: cfg.RunnerTag,
-		Runtime:  cfg.Runtime,
+		Runtime:  sandbox.RuntimeFor(cfg.Runtime),
 		Recycle:  recycle,
 		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
 		Inbound:  func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },

@@ -31,6 +31,9 @@ type Config struct {
 	FileSecret    []byte          // empty: load or make one under SandboxRoot
 	FileURLTTL    time.Duration
 	PublicBaseURL string
+	// AllowedOrigins are the web origins, besides PublicBaseURL's, whose
+	// requests the api's routes accept (MCP_ALLOWED_ORIGINS).
+	AllowedOrigins []string
 
 	MemoryLimit int64 // bytes
 	NanoCPUs    int64
@@ -232,6 +235,15 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		}
 		c.AuditKey = []byte(key)
 	}
+	for o := range strings.SplitSeq(p.str("MCP_ALLOWED_ORIGINS", ""), ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if !validOrigin(o) {
+			p.fail("MCP_ALLOWED_ORIGINS", fmt.Sprintf("must list origins such as https://app.example.com, comma-separated (got %q)", o))
+		}
+		c.AllowedOrigins = append(c.AllowedOrigins, o)
+	}
 	if c.RedisURL != "" {
 		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
 			p.fail("REDIS_URL", "must be a redis:// or rediss:// URL")
@@ -331,6 +343,23 @@ func defaultBaseURL(published, addr string) string {
 		return "http://localhost:" + port
 	}
 	return "http://localhost:8080"
+}
+
+// validOrigin reports whether s is a web origin: http(s)://host[:port],
+// nothing after it.
+func validOrigin(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil &&
+		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == ""
+}
+
+// Origin returns the web origin of PublicBaseURL: the server's own pages'.
+func (c *Config) Origin() string {
+	u, err := url.Parse(c.PublicBaseURL)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // MaxMCPBody is the largest MCP message the api reads: the base64 of the

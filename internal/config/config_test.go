@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/sha256"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,12 +84,31 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"SANDBOX_EGRESS_IDLE_TIMEOUT", "never"},
 		{"SANDBOX_PIP_INDEX_URL", "ftp://pypi.org/simple"},
 		{"SANDBOX_NPM_REGISTRY", "https://user:pw@registry.example/"},
+		{"MCP_ALLOWED_ORIGINS", "app.example.com"},
+		{"MCP_ALLOWED_ORIGINS", "https://a.example,https://b.example/path"},
+		{"MCP_ALLOWED_ORIGINS", "*"},
 	}
 	for _, tt := range tests {
 		_, err := FromEnv(env(map[string]string{tt.name: tt.value}))
 		if err == nil || !strings.Contains(err.Error(), tt.name) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s=%q: error %v, want one line naming it", tt.name, tt.value, err)
 		}
+	}
+}
+
+// TestOrigins: the server's own origin is PUBLIC_BASE_URL's, path dropped;
+// MCP_ALLOWED_ORIGINS adds others.
+func TestOrigins(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{"PUBLIC_BASE_URL": "https://runbox.example:8443/base/",
+		"MCP_ALLOWED_ORIGINS": " https://app.example.com, http://localhost:3000 ,"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Origin() != "https://runbox.example:8443" {
+		t.Errorf("own origin %q", c.Origin())
+	}
+	if want := []string{"https://app.example.com", "http://localhost:3000"}; !slices.Equal(c.AllowedOrigins, want) {
+		t.Errorf("allowed origins %q, want %q", c.AllowedOrigins, want)
 	}
 }
 

@@ -119,6 +119,7 @@ type Executor struct {
 	runs      sync.WaitGroup
 
 	background lifecycle.Group // heartbeat, janitor, watchdog, pool, listeners
+	watchdog   *Watchdog       // of background; also ends a dead peer's runs
 }
 
 // New returns an Executor. Start starts it.
@@ -168,6 +169,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		return errors.New("no runner images found (labelled sandbox.runner=true): run `make images`")
 	}
 	e.runners = runners
+	if err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); err != nil {
+		return err
+	}
 	if n, err := e.sandboxes.Reap(ctx, 0); err != nil {
 		return fmt.Errorf("reap orphaned sandboxes: %w", err)
 	} else if n > 0 {
@@ -201,10 +205,11 @@ func (e *Executor) Start(ctx context.Context) error {
 
 	// The background parts outlive the start's context: Shutdown stops
 	// them, in reverse order.
+	e.watchdog = NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log)
 	e.background = lifecycle.Group{
 		&heartbeat{e: e},
 		&sandboxJanitor{e: e},
-		NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log),
+		e.watchdog,
 		&poolFiller{e: e},
 		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
 			handle: func(id string) { e.cancel(id, errUserCancel) }, log: e.log},
@@ -266,7 +271,8 @@ func (e *Executor) cancelAll(cause error) {
 
 // Shutdown stops taking runs, lets running ones finish for the grace
 // period, then kills the rest and ends them as errors, so that none is left
-// running and none runs again. It returns when every sandbox is removed.
+// running and none runs again. It returns when every sandbox is removed:
+// its own, and those its dead peers left on this host (peers.go).
 func (e *Executor) Shutdown(ctx context.Context) {
 	if e.srv == nil {
 		return
@@ -312,6 +318,7 @@ wait:
 	if err := e.folders.RemoveSlots(e.slotPrefix()); err != nil {
 		e.log.Warn("remove slots", "err", err)
 	}
+	e.reapPeersAtShutdown(cctx)
 	e.log.Info("executor stopped")
 }
 

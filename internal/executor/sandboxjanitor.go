@@ -62,8 +62,8 @@ func (j *sandboxJanitor) reap(ctx context.Context) {
 }
 
 // reapDead removes the sandboxes of this deployment's executors whose
-// heartbeat lapsed. A container younger than a heartbeat TTL is left
-// alone: its executor may not have registered yet.
+// heartbeat lapsed (peers.go). A container younger than a heartbeat TTL
+// is left alone: its executor may not have registered yet.
 func (j *sandboxJanitor) reapDead(ctx context.Context) {
 	e := j.e
 	infos, err := e.store.Executors(ctx)
@@ -75,10 +75,5 @@ func (j *sandboxJanitor) reapDead(ctx context.Context) {
 	for _, info := range infos {
 		alive[info.ID] = true
 	}
-	n, err := e.sandboxes.ReapDead(ctx, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
-	if err != nil {
-		e.log.Warn("reap the sandboxes of dead executors", "err", err)
-	} else if n > 0 {
-		e.log.Info("removed the sandboxes of dead executors", "count", n)
-	}
+	e.reapPeers(ctx, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
 }

@@ -24,7 +24,7 @@ import (
 func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
 	limits := m.opts.Limits
 	pids := limits.Pids
-	return client.ContainerCreateOptions{
+	opts := client.ContainerCreateOptions{
 		// A conversation key may hold '~', which container names may not.
 		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" + req.Language + "-" +
 			strings.ToLower(rand.Text()[:8]),
@@ -55,8 +55,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			IpcMode:        "private",
 			// The agent is PID 1 and reaps orphans itself: docker-init
 			// would run as the programs' user, within their reach.
-			Init:    &noInit,
-			Runtime: m.opts.Runtime,
+			Init: &noInit,
 			// What a program prints reaches the executor through the
 			// agent's frames; nothing of it is kept on the host's disk.
 			LogConfig: container.LogConfig{Type: "none"},
@@ -74,6 +73,8 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			},
 		},
 	}
+	m.opts.Runtime.configure(opts.Config, opts.HostConfig)
+	return opts
 }
 
 var noInit = false

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox/internal/agent"
@@ -105,19 +106,34 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 		return oc, nil
 	}
 	// The agent went away mid-run: the container died, most likely of the
-	// memory limit.
+	// memory limit (under gVisor the limit holds the whole sandbox, so a
+	// program past it always ends it), and a kept interpreter with it.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
+	// Its end may reach the engine after the attach stream's (under
+	// gVisor the OOM killer takes the sentry, the engine learns it next).
+	wctx, wcancel := context.WithTimeout(ictx, exitWait)
+	wait := sb.m.docker.ContainerWait(wctx, sb.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-wait.Result:
+	case <-wait.Error:
+	}
+	wcancel()
 	info, err := sb.m.docker.ContainerInspect(ictx, sb.id, client.ContainerInspectOptions{})
 	if err == nil && info.Container.State != nil && !info.Container.State.Running {
 		oc.ExitCode = -1
 		oc.OOMKilled = info.Container.State.OOMKilled
+		oc.StateLost = req.KeepState
 		if oc.OOMKilled {
 			return oc, nil
 		}
 	}
 	return oc, fmt.Errorf("sandbox ended unexpectedly: %w (agent: %s)", recvErr, sb.agentErr.String())
 }
+
+// exitWait bounds the wait for a container whose agent went away to be
+// seen stopped.
+const exitWait = 5 * time.Second
 
 // interruptBackstop bounds how long an interrupted cell may take to end
 // (the agent's 2 s grace, its sweep and the output drain) before its

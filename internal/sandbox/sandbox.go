@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"golang.org/x/time/rate"
 
@@ -69,7 +70,9 @@ type Docker interface {
 	ContainerRemove(ctx context.Context, id string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerInspect(ctx context.Context, id string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
+	ContainerWait(ctx context.Context, id string, options client.ContainerWaitOptions) client.ContainerWaitResult
 	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
+	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
 	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
 }
 
@@ -101,9 +104,9 @@ type Options struct {
 	// ImageTag is the tag of the runner images to prefer
 	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
 	ImageTag string
-	// Runtime is the OCI runtime of sandboxes (e.g. runsc for gVisor);
-	// the engine's default if empty.
-	Runtime string
+	// Runtime is the OCI runtime of sandboxes and what differs under it
+	// (RuntimeFor); the zero value is the engine's default.
+	Runtime Runtime
 	// Recycle, if set, takes the folder an evicted sandbox mounts away
 	// from its conversation and returns it as an empty slot (see
 	// recycle.go); mounted says whether a folder is the sandbox's.
@@ -321,29 +324,58 @@ func (m *Manager) Reap(ctx context.Context, minAge time.Duration) (int, error) {
 // ReapDead removes the containers of this deployment's other executors
 // that alive does not vouch for and that are older than minAge: the
 // sandboxes of an executor that crashed and will not come back (a
-// scaled-down replica, a killed container) would otherwise live on. It
-// returns how many it removed.
-func (m *Manager) ReapDead(ctx context.Context, alive func(executor string) bool, minAge time.Duration) (int, error) {
+// scaled-down replica, a killed container) would otherwise live on.
+// Containers of other deployments are never touched. It returns how many
+// it removed of each executor.
+func (m *Manager) ReapDead(ctx context.Context, alive func(executor string) bool, minAge time.Duration) (map[string]int, error) {
+	items, err := m.peerContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removed := map[string]int{}
+	for _, c := range items {
+		owner := c.Labels[LabelExecutor]
+		if alive(owner) || time.Since(time.Unix(c.Created, 0)) < minAge {
+			continue
+		}
+		m.forceRemove(c.ID)
+		removed[owner]++
+	}
+	return removed, nil
+}
+
+// Peers returns the other executors of this deployment that have
+// containers on this Docker host.
+func (m *Manager) Peers(ctx context.Context) ([]string, error) {
+	items, err := m.peerContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var peers []string
+	for _, c := range items {
+		if owner := c.Labels[LabelExecutor]; !slices.Contains(peers, owner) {
+			peers = append(peers, owner)
+		}
+	}
+	return peers, nil
+}
+
+// peerContainers lists the containers of this deployment's other
+// executors on this Docker host.
+func (m *Manager) peerContainers(ctx context.Context) ([]container.Summary, error) {
 	if m.opts.Deployment == "" {
-		return 0, nil
+		return nil, nil
 	}
 	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: client.Filters{}.Add("label", LabelManaged+"=true", LabelDeployment+"="+m.opts.Deployment),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
+		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	n := 0
-	for _, c := range res.Items {
-		owner := c.Labels[LabelExecutor]
-		if owner == m.opts.ExecutorID || alive(owner) || time.Since(time.Unix(c.Created, 0)) < minAge {
-			continue
-		}
-		m.forceRemove(c.ID)
-		n++
-	}
-	return n, nil
+	return slices.DeleteFunc(res.Items, func(c container.Summary) bool {
+		return c.Labels[LabelExecutor] == m.opts.ExecutorID || c.Labels[LabelDeployment] != m.opts.Deployment
+	}), nil
 }
 
 // Shutdown removes the warm sandboxes and then every container of this

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -298,11 +299,17 @@ func TestReapDead(t *testing.T) {
 	}
 	self := managers["self"]
 	alive := func(id string) bool { return id == managers["live"].opts.ExecutorID }
-	if n, err := self.ReapDead(ctx, alive, time.Hour); err != nil || n != 0 {
-		t.Fatalf("ReapDead of young containers = %d, %v; want 0", n, err)
+	peers, err := self.Peers(ctx)
+	slices.Sort(peers)
+	if want := []string{managers["dead"].opts.ExecutorID, managers["live"].opts.ExecutorID}; err != nil || !slices.Equal(peers, want) {
+		t.Errorf("Peers = %v, %v; want %v", peers, err, want)
 	}
-	if n, err := self.ReapDead(ctx, alive, 0); err != nil || n != 1 {
-		t.Fatalf("ReapDead = %d, %v; want 1", n, err)
+	if n, err := self.ReapDead(ctx, alive, time.Hour); err != nil || len(n) != 0 {
+		t.Fatalf("ReapDead of young containers = %v, %v; want none", n, err)
+	}
+	dead := managers["dead"].opts.ExecutorID
+	if n, err := self.ReapDead(ctx, alive, 0); err != nil || len(n) != 1 || n[dead] != 1 {
+		t.Fatalf("ReapDead = %v, %v; want one of %s", n, err, dead)
 	}
 	assertNoContainers(t, docker, managers["dead"].opts.ExecutorID, deployment)
 	for _, m := range []*Manager{managers["live"], self, other} {

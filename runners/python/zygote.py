@@ -76,6 +76,23 @@ def preload(names):
             print(f"zygote: cannot preload {name}: {e}", file=sys.stderr)
 
 
+def close_from(low):
+    """Closes every descriptor from low up: those open, as /proc/self/fd
+    lists them. (os.closerange here tries every number up to the limit, a
+    system call each: 5 ms under runc, 16 ms under gVisor.)"""
+    try:
+        open_fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        os.closerange(low, 65536)
+        return
+    for fd in open_fds:
+        if fd >= low:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own, closed already
+
+
 def child(req, fds):
     """Becomes the program, or a kernel. Never returns."""
     import atexit
@@ -93,7 +110,7 @@ def child(req, fds):
         pass
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    os.closerange(len(fds), 65536)
+    close_from(len(fds))
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
