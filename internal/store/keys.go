@@ -55,3 +55,6 @@ const (
 	fileSecretKey = prefix + "file-secret"
 	leaderKey     = prefix + "leader" // the process that does the maintenance (leader.go)
 )
+
+// A preview URL's record (preview.go).
+func previewKey(id string) string { return prefix + "preview:" + id }

@@ -421,6 +421,12 @@ type ExecutorInfo struct {
 	Concurrency int             `json:"concurrency"`
 	Runners     []runbox.Runner `json:"runners"`
 	StartedAt   time.Time       `json:"started_at"`
+	// Templates are the project templates it offers (images labelled
+	// sandbox.template).
+	Templates []string `json:"templates,omitempty"`
+	// Addr is where the api reaches its sandboxes (package link):
+	// host:port.
+	Addr string `json:"addr,omitempty"`
 }
 
 // Heartbeat registers an executor as alive for ttl.
