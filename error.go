@@ -23,6 +23,23 @@ const (
 	EUnauthorized     = "unauthorized"
 	ESessionNotFound  = "session_not_found" // the Python sandbox PRD's not_found for a conversation
 	EInternal         = "internal"
+	// ENotListening: no process of the conversation listens on the port a
+	// preview was asked for.
+	ENotListening = "not_listening"
+	// ETemplateUnavailable: a project template this installation lacks.
+	ETemplateUnavailable = "template_unavailable"
+)
+
+// The security gateway's error codes, which its project tools answer
+// with (SEED-CONTRACTS.md).
+const (
+	EGatewayPathTraversal   = "PATH_TRAVERSAL"
+	EGatewayFileSize        = "FILE_SIZE_EXCEEDED"
+	EGatewayQuota           = "QUOTA_EXCEEDED"
+	EGatewaySandboxNotFound = "SANDBOX_NOT_FOUND"
+	EGatewayRateLimit       = "RATE_LIMIT_EXCEEDED"
+	EGatewaySandboxTimeout  = "SANDBOX_TIMEOUT"
+	EGatewayPermission      = "PERMISSION_DENIED"
 )
 
 // Error is an error a client may see: a code and one sentence that names no

@@ -119,6 +119,14 @@ type Event struct {
 	Result     *Result   `json:"result,omitempty"`
 }
 
+// Template is a project template: a runner image labelled
+// sandbox.template=<name>, whose dev server listens on Port.
+type Template struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	Port  int    `json:"port"`
+}
+
 // Runner is a language the service can run, and the image that runs it.
 type Runner struct {
 	Language string `json:"language"`

@@ -86,6 +86,28 @@ type Config struct {
 	// SandboxRoot.
 	FileStore *S3
 
+	// PreviewDomain is where previews are served, <capability>.<domain>
+	// (PREVIEW_BASE_DOMAIN): "localhost:<port of PUBLIC_BASE_URL>" by
+	// default; PreviewScheme is PUBLIC_BASE_URL's.
+	PreviewDomain string
+	PreviewScheme string
+	// PreviewURLTTL is how long a preview URL lives.
+	PreviewURLTTL time.Duration
+	// PreviewMaxRequest and PreviewMaxResponse bound a proxied request's
+	// and response's body (and each direction of a WebSocket);
+	// PreviewRate the requests a second to one preview URL.
+	PreviewMaxRequest  int64
+	PreviewMaxResponse int64
+	PreviewRate        int
+	// ServerTTL ends a background run (a server) idle this long.
+	ServerTTL time.Duration
+	// ProjectTTL is how long a project (create_sandbox_for_project) lives.
+	ProjectTTL time.Duration
+	// LinkAddr is where an executor serves the api's link to its
+	// sandboxes; LinkAdvertise, when set, the address the api dials.
+	LinkAddr      string
+	LinkAdvertise string
+
 	LogLevel  string
 	LogFormat string
 }
@@ -140,6 +162,14 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		RunnerTag:                p.str("RUNNER_TAG", "latest"),
 		Runtime:                  p.str("SANDBOX_RUNTIME", ""),
+		PreviewURLTTL:            p.duration("PREVIEW_URL_TTL", time.Hour),
+		PreviewMaxRequest:        p.bytes("PREVIEW_MAX_REQUEST_BYTES", "10m"),
+		PreviewMaxResponse:       p.bytes("PREVIEW_MAX_RESPONSE_BYTES", "100m"),
+		PreviewRate:              p.positive("PREVIEW_RATE", 100),
+		ServerTTL:                p.duration("SANDBOX_SERVER_TTL", time.Hour),
+		ProjectTTL:               p.duration("SANDBOX_PROJECT_TTL", time.Hour),
+		LinkAddr:                 p.str("EXECUTOR_LINK_ADDR", "127.0.0.1:0"),
+		LinkAdvertise:            p.str("EXECUTOR_LINK_ADVERTISE", ""),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 	}
@@ -177,6 +207,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	}
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.fail("PUBLIC_BASE_URL", "must be an http(s) URL")
+	} else {
+		c.PreviewScheme = u.Scheme
+		c.PreviewDomain = p.str("PREVIEW_BASE_DOMAIN", defaultPreviewDomain(u))
 	}
 	if c.BodyBudget < c.MaxMCPBody() {
 		p.fail("MCP_HTTP_BODY_BUDGET", fmt.Sprintf("must hold at least one largest MCP message, %d bytes (the base64 of SANDBOX_MAX_UPLOAD_BYTES and its envelope)", c.MaxMCPBody()))
@@ -256,6 +289,16 @@ func defaultBaseURL(published, addr string) string {
 		return "http://localhost:" + port
 	}
 	return "http://localhost:8080"
+}
+
+// defaultPreviewDomain is localhost on the port of the api's public URL:
+// browsers resolve every name under localhost to the loopback address, so
+// <capability>.localhost:<port> reaches the api's port as a host of its own.
+func defaultPreviewDomain(public *url.URL) string {
+	if port := public.Port(); port != "" {
+		return "localhost:" + port
+	}
+	return "localhost"
 }
 
 // MaxMCPBody is the largest MCP message the api reads: the base64 of the

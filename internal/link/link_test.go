@@ -94,20 +94,24 @@ func echo(t *testing.T) string {
 
 // setup starts a link server for executor "ex1" over b, and a Remote
 // that finds it through Redis.
-func setup(t *testing.T, b Backend) (*Remote, *Server) {
+func setup(t *testing.T, b Backend) (*Remote, string, *Server) {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
 	st := store.New(testenv.Client(t, url))
 	key := Key([]byte("a shared secret of the deployment"))
-	srv := NewServer(ServerOptions{Listen: "127.0.0.1:0", Key: key, Backend: b})
+	ln, addr, err := Listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerOptions{Listener: ln, Key: key, Backend: b})
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	if err := st.Heartbeat(context.Background(), store.ExecutorInfo{ID: "ex1", Addr: srv.Addr()}, time.Minute); err != nil {
+	if err := st.Heartbeat(context.Background(), store.ExecutorInfo{ID: "ex1", Addr: addr}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	return NewRemote(st, key), srv
+	return NewRemote(st, key), addr, srv
 }
 
 func TestRemote(t *testing.T) {
@@ -115,7 +119,7 @@ func TestRemote(t *testing.T) {
 	b.sandboxes["c1"] = []string{"sb1", "sb2"}
 	b.ports["c1"] = map[int]string{8000: echo(t)}
 	b.outputs["run_1"] = Output{Stdout: "hello\n", StderrDropped: 3}
-	for _, l := range []Link{Local{ID: "ex1", Backend: b}, must(setup(t, b))} {
+	for _, l := range []Link{Local{ID: "ex1", Backend: b}, first(setup(t, b))} {
 		t.Run(fmt.Sprintf("%T", l), func(t *testing.T) {
 			ctx := context.Background()
 			live, err := l.Probe(ctx, "ex1", "c1", 8000)
@@ -171,7 +175,7 @@ func TestRemote(t *testing.T) {
 	}
 }
 
-func must[T any](v T, _ any) T { return v }
+func first[T any](v T, _ ...any) T { return v }
 
 // TestServerRefusesUnsigned checks that only requests signed with the key,
 // recently, are served.
@@ -179,7 +183,7 @@ func TestServerRefusesUnsigned(t *testing.T) {
 	b := newBackend()
 	b.sandboxes["c1"] = []string{"sb1"}
 	b.ports["c1"] = map[int]string{8000: echo(t)}
-	_, srv := setup(t, b)
+	_, addr, _ := setup(t, b)
 	key := Key([]byte("a shared secret of the deployment"))
 	cases := []struct {
 		name string
@@ -190,14 +194,14 @@ func TestServerRefusesUnsigned(t *testing.T) {
 		{"too old", func(r *http.Request) { sign(key, time.Now().Add(-2*time.Minute), r, nil) }},
 		{"from the future", func(r *http.Request) { sign(key, time.Now().Add(2*time.Minute), r, nil) }},
 		{"another request's", func(r *http.Request) {
-			other, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/probe?conv=c1&port=8001", nil)
+			other, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/probe?conv=c1&port=8001", nil)
 			sign(key, time.Now(), other, nil)
 			r.Header.Set(authHeader, other.Header.Get(authHeader))
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/probe?conv=c1&port=8000", nil)
+			r, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/probe?conv=c1&port=8000", nil)
 			tc.sign(r)
 			resp, err := http.DefaultClient.Do(r)
 			if err != nil {
@@ -217,7 +221,7 @@ func TestStopClosesStreams(t *testing.T) {
 	b := newBackend()
 	b.sandboxes["c1"] = []string{"sb1"}
 	b.ports["c1"] = map[int]string{8000: echo(t)}
-	remote, srv := setup(t, b)
+	remote, _, srv := setup(t, b)
 	c, err := remote.Dial(context.Background(), "ex1", "c1", 8000, []string{"sb1"})
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,6 @@ const (
 type Server struct {
 	lifecycle.Base
 	opts ServerOptions
-	ln   net.Listener
-	addr string
 
 	mu       sync.Mutex
 	streams  map[net.Conn]struct{}
@@ -44,17 +42,29 @@ type Server struct {
 
 // ServerOptions configure a Server.
 type ServerOptions struct {
-	// Listen is the address to listen on (EXECUTOR_LINK_ADDR).
-	Listen string
-	// Advertise is the address the api dials (EXECUTOR_LINK_ADVERTISE):
-	// host or host:port; the listener's port when it names none. When
-	// empty: the listener's address, with the host name for an
-	// unspecified host.
-	Advertise string
-	Key       []byte
-	Backend   Backend
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Listener is where it serves (Listen).
+	Listener net.Listener
+	Key      []byte
+	Backend  Backend
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Listen listens on addr (EXECUTOR_LINK_ADDR) and returns the listener
+// and the address to announce: advertise (EXECUTOR_LINK_ADVERTISE, host
+// or host:port, the listener's port when it names none), or else the
+// listener's address, with the host's name for an unspecified host.
+func Listen(addr, advertise string) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("link: listen on %s: %w", addr, err)
+	}
+	adv, err := advertised(advertise, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return ln, adv, nil
 }
 
 // NewServer returns a Server.
@@ -68,18 +78,10 @@ func NewServer(opts ServerOptions) *Server {
 	return &Server{opts: opts, streams: map[net.Conn]struct{}{}}
 }
 
-// Start listens and serves until ctx ends or Stop is called.
+// Start serves on the listener until ctx ends or Stop is called, which
+// close it.
 func (s *Server) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("link: listen on %s: %w", s.opts.Listen, err)
-	}
-	addr, err := advertised(s.opts.Advertise, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	s.ln, s.addr = ln, addr
+	ln := s.opts.Listener
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /probe", s.authed(s.probe))
 	mux.HandleFunc("GET /dial", s.authed(s.dial))
@@ -105,9 +107,6 @@ func (s *Server) Start(ctx context.Context) error {
 		<-done
 	})
 }
-
-// Addr is the address the api reaches this server at (after Start).
-func (s *Server) Addr() string { return s.addr }
 
 // advertised is the address to announce for a listener bound to bound.
 func advertised(configured string, bound *net.TCPAddr) (string, error) {

@@ -62,6 +62,11 @@ func describe(t *mcpsdk.Tool) *mcpsdk.Tool {
 	if !ok {
 		panic("mcp: tool " + t.Name + " is not described")
 	}
+	return declare(t, info)
+}
+
+// declare adds info's output schema and annotations to t.
+func declare(t *mcpsdk.Tool, info toolInfo) *mcpsdk.Tool {
 	t.OutputSchema = &jsonschema.Schema{Type: "object", AnyOf: []*jsonschema.Schema{info.out, toolErrorSchema}}
 	destructive, closed := info.destructive, false
 	t.Annotations = &mcpsdk.ToolAnnotations{

@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/net/websocket"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/link"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
@@ -158,14 +159,14 @@ func TestIssue(t *testing.T) {
 	if !u.ExpiresAt.Equal(f.clock.Now().Add(time.Hour).Truncate(time.Second)) {
 		t.Errorf("expires %v", u.ExpiresAt)
 	}
-	if _, err := f.svc.Issue(ctx, "c1", 8001); err == nil || !strings.Contains(err.Error(), ENotListening) {
+	if _, err := f.svc.Issue(ctx, "c1", 8001); err == nil || !strings.Contains(err.Error(), runbox.ENotListening) {
 		t.Errorf("a port nothing listens on: %v", err)
 	}
-	if _, err := f.svc.Issue(ctx, "c2", 8000); err == nil || !strings.Contains(err.Error(), ENotListening) {
+	if _, err := f.svc.Issue(ctx, "c2", 8000); err == nil || !strings.Contains(err.Error(), runbox.ENotListening) {
 		t.Errorf("a conversation without a sandbox: %v", err)
 	}
 	// Another client's conversation of the same id is another conversation.
-	if _, err := f.svc.Issue(ctx, "~other~c1", 8000); err == nil || !strings.Contains(err.Error(), ENotListening) {
+	if _, err := f.svc.Issue(ctx, "~other~c1", 8000); err == nil || !strings.Contains(err.Error(), runbox.ENotListening) {
 		t.Errorf("another client's conversation: %v", err)
 	}
 	for _, port := range []int{0, -1, 65536} {

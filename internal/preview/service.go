@@ -135,12 +135,9 @@ func (s *Service) find(ctx context.Context, key string, port int) (string, []str
 			s.log.Warn("probe a port", "executor", ex, "err", err)
 		}
 	}
-	return "", nil, runbox.Errorf(ENotListening,
+	return "", nil, runbox.Errorf(runbox.ENotListening,
 		"nothing listens on port %d in this conversation's sandbox; start a server there first (run_code with background: true, or start_run) listening on 0.0.0.0 or 127.0.0.1", port)
 }
-
-// ENotListening is the error code of a port no process listens on.
-const ENotListening = "not_listening"
 
 // Target is what a valid preview URL reaches.
 type Target struct {

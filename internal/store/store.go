@@ -423,7 +423,7 @@ type ExecutorInfo struct {
 	StartedAt   time.Time       `json:"started_at"`
 	// Templates are the project templates it offers (images labelled
 	// sandbox.template).
-	Templates []string `json:"templates,omitempty"`
+	Templates []runbox.Template `json:"templates,omitempty"`
 	// Addr is where the api reaches its sandboxes (package link):
 	// host:port.
 	Addr string `json:"addr,omitempty"`
