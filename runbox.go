@@ -19,6 +19,12 @@ type Spec struct {
 	Interactive bool `json:"interactive,omitempty"`
 	// KeepState runs Python code in the conversation's kept interpreter.
 	KeepState bool `json:"keep_state,omitempty"`
+	// Background keeps the program running after the call that started
+	// it returns: a server, which a preview URL may reach. It leaves its
+	// conversation's order and its executor's slot once started, and
+	// ends when cancelled, closed, idle past SANDBOX_SERVER_TTL, or out of
+	// time (its timeout: what the client's tier has left).
+	Background bool `json:"background,omitempty"`
 }
 
 // Timeout is the run's wall-clock limit.
@@ -126,6 +132,11 @@ type Template struct {
 	Image string `json:"image"`
 	Port  int    `json:"port"`
 }
+
+// TemplateLanguage is the Spec.Language of a run in a template's image
+// (a project's dev server): no language is named so, and no client may
+// ask for it.
+func TemplateLanguage(template string) string { return "@" + template }
 
 // Runner is a language the service can run, and the image that runs it.
 type Runner struct {

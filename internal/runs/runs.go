@@ -206,6 +206,12 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if err := s.checkLanguage(ctx, spec.Language); err != nil {
 		return runbox.Run{}, err
 	}
+	return s.enqueue(ctx, spec, idempotencyKey)
+}
+
+// enqueue records a checked run as queued and enqueues it, or lets it
+// wait behind the runs of its conversation.
+func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
 	run := runbox.Run{
 		ID:             "run_" + randomHex(12),
 		ConversationID: spec.ConversationID,

@@ -226,9 +226,9 @@ func (m *Manager) Templates() []runbox.Template {
 	return slices.Clone(m.templates)
 }
 
-// TemplateKey is the Request.Language of a run in a template's sandbox:
-// no language is named so, and its warm sandboxes are its own.
-func TemplateKey(name string) string { return "@" + name }
+// TemplateKey is the Request.Language of a run in a template's sandbox
+// (runbox.TemplateLanguage): its warm sandboxes are its own.
+func TemplateKey(name string) string { return runbox.TemplateLanguage(name) }
 
 // validTemplateName: what a template may be called (it names images and
 // containers).
