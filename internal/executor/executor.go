@@ -72,6 +72,10 @@ type Config struct {
 	// copies of a remote file store (FILE_STORE=s3://…): pulled before a
 	// run, what it changed pushed before its done.
 	Copies *workcopy.Copies
+	// LinkAddr is where the api reaches this executor's sandboxes
+	// (package link), announced with its heartbeat; empty when the api
+	// runs it in its own process.
+	LinkAddr string
 }
 
 // Executor takes runs off the queue and runs them.
@@ -91,6 +95,9 @@ type Executor struct {
 
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
+
+	// tails keep the recent output of background runs (link.Backend).
+	tails tails
 
 	// slots bound the runs this executor runs at once, whether asynq
 	// handed them out or an announcement did (wake.go).

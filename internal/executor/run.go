@@ -192,7 +192,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
-	oc, runErr := e.sandboxes.Run(ctx, req, out.write)
+	write := out.write
+	if spec.Background {
+		// Its recent output stays readable however long it runs.
+		tl := e.tails.add(id)
+		defer e.tails.remove(id)
+		write = func(s sandbox.Stream, p []byte) { out.write(s, p); tl.write(s, p) }
+	}
+	oc, runErr := e.sandboxes.Run(ctx, req, write)
 	out.flush()
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
