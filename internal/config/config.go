@@ -108,6 +108,10 @@ type Config struct {
 	LinkAddr      string
 	LinkAdvertise string
 
+	// Secrets are the service's own secrets as given (tokens, keys), which
+	// output shown to clients never carries (projects redact them).
+	Secrets []string
+
 	LogLevel  string
 	LogFormat string
 }
@@ -180,6 +184,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	} else {
 		c.Clients = cs
 	}
+	c.Secrets = secrets(getenv)
 	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
 		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
 	}
@@ -233,6 +238,27 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// secrets returns the secrets the environment gives the service: its
+// tokens and keys.
+func secrets(getenv func(string) string) []string {
+	var out []string
+	for _, name := range []string{"MCP_API_TOKEN", "FILE_SECRET", "AUDIT_KEY", "METRICS_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			out = append(out, v)
+		}
+	}
+	// MCP_API_TOKENS: name:token[:tier], comma-separated.
+	for entry := range strings.SplitSeq(getenv("MCP_API_TOKENS"), ",") {
+		if _, rest, ok := strings.Cut(strings.TrimSpace(entry), ":"); ok {
+			token, _, _ := strings.Cut(rest, ":")
+			if token != "" {
+				out = append(out, token)
+			}
+		}
+	}
+	return out
 }
 
 // parseS3 reads FILE_STORE and the AWS variables; nil if FILE_STORE is
