@@ -53,7 +53,8 @@ type ServerOptions struct {
 // Listen listens on addr (EXECUTOR_LINK_ADDR) and returns the listener
 // and the address to announce: advertise (EXECUTOR_LINK_ADVERTISE, host
 // or host:port, the listener's port when it names none), or else the
-// listener's address, with the host's name for an unspecified host.
+// listener's address, with the host's first IPv4 address (or its name)
+// for an unspecified host.
 func Listen(addr, advertise string) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -120,9 +121,18 @@ func advertised(configured string, bound *net.TCPAddr) (string, error) {
 	if !bound.IP.IsUnspecified() {
 		return bound.String(), nil
 	}
+	// Listening everywhere: the address of this host on its network (a
+	// container's on its compose network), else its name.
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && ip.IP.IsGlobalUnicast() {
+				return net.JoinHostPort(ip.IP.String(), port), nil
+			}
+		}
+	}
 	host, err := os.Hostname()
 	if err != nil {
-		return "", fmt.Errorf("link: the host's name, to advertise: %w", err)
+		return "", fmt.Errorf("link: the host's address, to advertise: %w", err)
 	}
 	return net.JoinHostPort(host, port), nil
 }
