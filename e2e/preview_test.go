@@ -14,52 +14,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/net/websocket"
+
+	"github.com/runbox-dev/runbox/internal/bench"
 )
 
-// pythonServer serves /data (an index.html it writes) on 8000.
-const pythonServer = `import http.server
-open('index.html', 'w').write('<h1>python preview</h1>')
-print('serving', flush=True)
-http.server.ThreadingHTTPServer(('0.0.0.0', 8000), http.server.SimpleHTTPRequestHandler).serve_forever()
-`
-
-// nodeServer answers HTTP on 3000 and echoes WebSocket messages (the
-// protocol by hand: the sandbox has no npm).
-const nodeServer = `import http from 'node:http';
-import crypto from 'node:crypto';
-
-const srv = http.createServer((req, res) => res.end('hello from node ' + req.url));
-srv.on('upgrade', (req, sock) => {
-  const accept = crypto.createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
-  sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + '\r\n\r\n');
-  let buf = Buffer.alloc(0);
-  sock.on('data', (d) => {
-    buf = Buffer.concat([buf, d]);
-    for (;;) {
-      if (buf.length < 2) return;
-      const op = buf[0] & 0x0f;
-      let len = buf[1] & 0x7f, off = 2;
-      if (len === 126) { if (buf.length < 4) return; len = buf.readUInt16BE(2); off = 4; }
-      else if (len === 127) { if (buf.length < 10) return; len = Number(buf.readBigUInt64BE(2)); off = 10; }
-      const masked = (buf[1] & 0x80) !== 0;
-      if (buf.length < off + (masked ? 4 : 0) + len) return;
-      const mask = masked ? buf.subarray(off, off + 4) : null;
-      if (masked) off += 4;
-      const data = Buffer.from(buf.subarray(off, off + len));
-      if (mask) for (let i = 0; i < len; i++) data[i] ^= mask[i % 4];
-      buf = buf.subarray(off + len);
-      if (op === 8) { sock.end(); return; }
-      if (op !== 1 && op !== 2) continue;
-      let hdr;
-      if (len < 126) hdr = Buffer.from([0x80 | op, len]);
-      else if (len < 65536) hdr = Buffer.from([0x80 | op, 126, len >> 8, len & 255]);
-      else { hdr = Buffer.alloc(10); hdr[0] = 0x80 | op; hdr[1] = 127; hdr.writeBigUInt64BE(BigInt(len), 2); }
-      sock.write(Buffer.concat([hdr, data]));
-    }
-  });
-});
-srv.listen(3000, '0.0.0.0', () => console.log('listening'));
-`
+// pythonServer serves /data, with an index.html it writes, on 8000.
+var pythonServer = bench.PythonPageServer(1 << 10)
 
 // background starts a server with run_code background: true and returns
 // its run id once it runs on.
@@ -189,7 +149,7 @@ func TestPreview(t *testing.T) {
 		t.Errorf("preview URL %s is not <capability>.localhost:<port>", py)
 	}
 
-	background(t, cs, "typescript", "node", nodeServer)
+	background(t, cs, "typescript", "node", bench.NodeEchoServer)
 	node := previewURL(t, cs, "node", 3000)
 	if code, body := s.browse(t, node+"a/b?c=d", nil); code != http.StatusOK || body != "hello from node /a/b?c=d" {
 		t.Fatalf("node preview: %d %q", code, body)
