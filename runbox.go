@@ -19,6 +19,16 @@ type Spec struct {
 	Interactive bool `json:"interactive,omitempty"`
 	// KeepState runs Python code in the conversation's kept interpreter.
 	KeepState bool `json:"keep_state,omitempty"`
+	// Parallel runs neither wait in nor hold their conversation's order:
+	// they start beside its other runs (in a sandbox of their own,
+	// mounting the same folder) and detach as soon as their program has
+	// started.
+	Parallel bool `json:"parallel,omitempty"`
+	// Detach has the run leave its conversation's order and give back its
+	// executor's slot once its program has started, while the program runs
+	// on to its end (or its timeout, a cancel, the executor's shutdown);
+	// a detached event says when. runs.Service.WaitDetached waits for it.
+	Detach bool `json:"detach,omitempty"`
 	// Background keeps the program running after the call that started
 	// it returns: a server, which a preview URL may reach. It leaves its
 	// conversation's order and its executor's slot once started, and
@@ -110,7 +120,10 @@ const (
 	EventTimeout   = "timeout"
 	EventCancelled = "cancelled"
 	EventError     = "error"
-	EventDone      = "done" // always last; carries the Result
+	// EventDetached: the run left its conversation's order and its
+	// executor's slot; its program runs on (Spec.Parallel, Spec.Detach).
+	EventDetached = "detached"
+	EventDone     = "done" // always last; carries the Result
 )
 
 // Event is one entry of a run's event log. Seq counts from 1 without gaps.

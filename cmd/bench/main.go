@@ -41,8 +41,15 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
+	only := flag.String("only", "", "measure only these, comma-separated: streams")
 	flag.Parse()
 	log.SetFlags(0)
+	if *only != "" {
+		if err := runOnly(*only, *out, *samples); err != nil {
+			log.Fatal("bench: ", err)
+		}
+		return
+	}
 	if err := run(*binDir, *out, *samples); err != nil {
 		log.Fatal("bench: ", err)
 	}
@@ -266,12 +273,41 @@ func run(binDir, outFile string, n int) error {
 	})
 
 	svc.stop()
+	dial, err := dialPortRow(ctx, 4*n)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, dial)
 	scaled, err := scaleOut(ctx, binDir, n, warm)
 	if err != nil {
 		return err
 	}
 	rows = append(rows, scaled...)
+	return output(rows, outFile)
+}
 
+// runOnly measures the groups named in only (comma-separated).
+func runOnly(only, outFile string, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	var rows []row
+	for name := range strings.SplitSeq(only, ",") {
+		switch strings.TrimSpace(name) {
+		case "streams":
+			r, err := dialPortRow(ctx, 4*n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r)
+		default:
+			return fmt.Errorf("-only: unknown measure %q", name)
+		}
+	}
+	return output(rows, outFile)
+}
+
+// output prints the table and writes it to outFile, if named.
+func output(rows []row, outFile string) error {
 	table := render(rows)
 	fmt.Print(table)
 	if outFile != "" {

@@ -16,15 +16,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/bench"
 )
 
-// runnerTag is the tag of the runner images the executors prefer, which
-// the baselines run too.
-func runnerTag() string {
-	if t := os.Getenv("RUNNER_TAG"); t != "" {
-		return t
-	}
-	return "latest"
-}
-
 // previewRows measures previews against the same requests straight to a
 // container of the same image (its port published on the loopback): a
 // 10 KB page, a WebSocket echo, and a react project from its creation to

@@ -29,6 +29,7 @@ func main() {
 	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
 	preload := flag.String("preload", "", "modules the zygote imports, comma-separated, once a program matches -preload-when")
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
+	proxy := flag.String("proxy", agent.ProxyAddr, "where programs reach the executor's egress proxy, on the sandbox's loopback; empty: nowhere")
 	flag.Parse()
 	if *ext == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
@@ -68,6 +69,7 @@ func main() {
 		PreloadWhen: when,
 		Skel:        *skel,
 		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
+		Proxy:       *proxy,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

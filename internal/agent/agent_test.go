@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -18,17 +19,26 @@ func startAgent(t *testing.T) *Conn { return startAgentWith(t, 0) }
 
 func startAgentWith(t *testing.T, lineWait time.Duration) *Conn {
 	t.Helper()
+	return startAgentConfig(t, func(cfg *Config) { cfg.LineWait = lineWait }, nil)
+}
+
+// startAgentConfig runs Serve with bash, its configuration changed by
+// change, proxy connections going to onProxy.
+func startAgentConfig(t *testing.T, change func(*Config), onProxy func(net.Conn, uint32)) *Conn {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := Config{
-		Launch:   []string{"bash"},
-		Ext:      "sh",
-		Dir:      t.TempDir(),
-		Scratch:  t.TempDir(),
-		Env:      []string{"PATH=" + os.Getenv("PATH"), "BASE=base"},
-		LineWait: lineWait,
+		Launch:  []string{"bash"},
+		Ext:     "sh",
+		Dir:     t.TempDir(),
+		Scratch: t.TempDir(),
+		Env:     []string{"PATH=" + os.Getenv("PATH"), "BASE=base"},
+	}
+	if change != nil {
+		change(&cfg)
 	}
 	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
 	t.Cleanup(func() {
@@ -44,6 +54,9 @@ func startAgentWith(t *testing.T, lineWait time.Duration) *Conn {
 		cancel()
 	})
 	c := NewConn(outR, inW)
+	if onProxy != nil {
+		c.OnProxy(onProxy)
+	}
 	h, err := c.Hello()
 	if err != nil {
 		t.Fatal(err)

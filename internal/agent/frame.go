@@ -18,8 +18,9 @@ import (
 	"sync"
 )
 
-// Version is the protocol version an agent announces in its hello.
-const Version = 1
+// Version is the protocol version an agent announces in its hello. From
+// version 2 on the protocol carries streams (mux.go).
+const Version = 2
 
 const (
 	frameRun   = 'R' // executor → agent: JSON Run
@@ -27,6 +28,7 @@ const (
 	frameEOF   = 'E' // executor → agent: close the program's stdin
 	frameKill  = 'K' // executor → agent: kill the program and what it started
 	frameReset = 'Z' // executor → agent: reset the sandbox for another conversation (reset.go)
+	// frameMuxIn ('M') and frameMuxOut ('m') carry streams (mux.go).
 
 	frameHello  = 'h' // agent → executor: JSON Hello, once, first
 	frameStdout = 'o' // agent → executor: program output

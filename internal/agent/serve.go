@@ -58,6 +58,9 @@ type Config struct {
 	// Wipe names the folders a reset empties: every one a program can
 	// write to but /data (/tmp, /dev/shm, /dev/mqueue).
 	Wipe []string
+	// Proxy is where the proxy listener listens (ProxyAddr); none if
+	// empty. What connects to it reaches the executor as a proxy stream.
+	Proxy string
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or
@@ -75,6 +78,17 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if err := fw.writeJSON(frameHello, Hello{Version: Version}); err != nil {
 		return fmt.Errorf("write hello: %w", err)
 	}
+	streams := newStreamServer(fw)
+	streams.mux.open()
+	defer streams.mux.close()
+	if cfg.Proxy != "" {
+		ln, err := streams.listenProxy(cfg.Proxy)
+		if err != nil {
+			log.Printf("proxy listener: %v", err)
+		} else {
+			defer ln.Close()
+		}
+	}
 
 	type frame struct {
 		typ     byte
@@ -89,6 +103,16 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			if err != nil {
 				readErr <- err
 				return
+			}
+			switch typ {
+			case frameMuxIn: // never waits for the loop below
+				streams.mux.feed(payload)
+				continue
+			case frameReset:
+				// Stream frames after this one are the next
+				// conversation's: its session starts with the reset's
+				// answer.
+				streams.mux.close()
 			}
 			select {
 			case frames <- frame{typ, payload}:
@@ -140,6 +164,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		case f := <-frames:
 			switch f.typ {
 			case frameRun:
+				streams.runs.Add(1) // as the executor counts them
 				if cur != nil {
 					if err := fw.writeJSON(frameFail, Failure{Message: "a program is already running"}); err != nil {
 						return err
@@ -178,6 +203,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 				if cur == nil {
 					r = st.reset()
 				}
+				streams.mux.open()
 				if err := fw.writeJSON(frameReady, r); err != nil {
 					return fmt.Errorf("write reset: %w", err)
 				}

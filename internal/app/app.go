@@ -262,6 +262,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		OwnerTTL:      cfg.SessionTTL,
 		Copies:        copies,
 		Schedule:      elector.Every,
+		MaxDetached:   cfg.MaxDetached,
 	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
 		docker.Close()

@@ -63,6 +63,9 @@ type Config struct {
 	MaxInlineImages     int
 	MaxInlineImageBytes int64
 	Concurrency         int
+	// MaxDetached bounds the runs an executor lets run on without a slot
+	// (parallel and detached runs).
+	MaxDetached int
 	// MaxWarm bounds the idle sandboxes an executor keeps for their
 	// conversations, per language: "32" or "python=16,bash=8".
 	MaxWarm string
@@ -158,6 +161,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		MaxInlineImages:          p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4),
 		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
 		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
+		MaxDetached:              p.positive("EXECUTOR_MAX_DETACHED", 32),
 		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
 		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", DefaultPollInterval),
 		MetricsAddr:              p.str("EXECUTOR_METRICS_ADDR", ""),

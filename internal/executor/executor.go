@@ -33,6 +33,7 @@ const (
 	DefaultLease             = 8 * time.Second
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
+	DefaultMaxDetached       = 32
 )
 
 // Causes of a run's cancellation.
@@ -72,6 +73,10 @@ type Config struct {
 	// copies of a remote file store (FILE_STORE=s3://…): pulled before a
 	// run, what it changed pushed before its done.
 	Copies *workcopy.Copies
+	// MaxDetached bounds the runs that have given back their slot and run
+	// on (runbox.Spec.Parallel, Detach); past it a run keeps its slot to
+	// its end (DefaultMaxDetached if 0).
+	MaxDetached int
 	// LinkAddr is where the api reaches this executor's sandboxes
 	// (package link), announced with its heartbeat; empty when the api
 	// runs it in its own process.
@@ -103,9 +108,14 @@ type Executor struct {
 	// handed them out or an announcement did (wake.go).
 	slots chan struct{}
 
-	mu     sync.Mutex
-	active map[string]context.CancelCauseFunc // by run id
-	ended  map[string]chan struct{}           // closed when the active run of that id ends
+	mu       sync.Mutex
+	active   map[string]*activeRun // by run id
+	detached int                   // active runs that detached
+
+	// convs serialises what runs of one conversation do to its folder
+	// before and after their programs (adopting a sandbox, pulling and
+	// pushing a working copy); the programs themselves run side by side.
+	convs keyedMutex
 
 	// announced takes the runs announced as they are enqueued (wake.go);
 	// runs holds the goroutines of those it took.
@@ -130,6 +140,9 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	if cfg.OwnerTTL == 0 {
 		cfg.OwnerTTL = sandbox.DefaultIdleTTL
 	}
+	if cfg.MaxDetached == 0 {
+		cfg.MaxDetached = DefaultMaxDetached
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
@@ -138,8 +151,8 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	}
 	e := &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
-		log: log.With("executor", cfg.ID), redis: rdb, active: map[string]context.CancelCauseFunc{},
-		ended: map[string]chan struct{}{}, slots: make(chan struct{}, max(cfg.Concurrency, 1)),
+		log: log.With("executor", cfg.ID), redis: rdb, active: map[string]*activeRun{},
+		slots: make(chan struct{}, max(cfg.Concurrency, 1)), convs: keyedMutex{m: map[string]*keyedEntry{}},
 		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 		poolWake: make(chan struct{}, 1),
 	}
@@ -235,10 +248,19 @@ func (e *Executor) dropClosed(cid string) {
 
 func (e *Executor) cancel(id string, cause error) {
 	e.mu.Lock()
-	cancel := e.active[id]
+	a := e.active[id]
 	e.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
+	if a != nil {
+		a.cancel(cause)
+	}
+}
+
+// cancelAll ends every active run with cause.
+func (e *Executor) cancelAll(cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.active {
+		a.cancel(cause)
 	}
 }
 
@@ -267,17 +289,16 @@ wait:
 	}
 	if n := e.activeCount(); n > 0 {
 		e.log.Warn("shutdown grace over: stopping running programs", "count", n)
-		e.mu.Lock()
-		for _, cancel := range e.active {
-			cancel(ErrShutdown)
-		}
-		e.mu.Unlock()
+		e.cancelAll(ErrShutdown)
 		for e.activeCount() > 0 {
 			<-tick.C
 		}
 	}
 	e.srv.Shutdown()
 	e.removeQueue()
+	// A handler asynq was starting as the wait above ended may have
+	// started a run (and detached it) since.
+	e.cancelAll(ErrShutdown)
 	e.runs.Wait()
 	e.background.Stop()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -27,30 +27,32 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
 	// A run this executor took when it was announced is running here
-	// already: the task ends with it, so that the dashboard shows it
-	// active while it runs.
+	// already: the task ends with it (or when it detaches), so that the
+	// dashboard shows it active while it holds a slot.
 	e.mu.Lock()
-	ended, here := e.ended[p.RunID]
+	a, here := e.active[p.RunID]
 	e.mu.Unlock()
 	if here {
 		select {
-		case <-ended:
+		case <-a.ended:
+		case <-a.detached:
 		case <-ctx.Done():
 		}
 		return nil
 	}
-	select {
-	case e.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	sl, err := e.takeSlot(ctx)
+	if err != nil {
+		return err
 	}
-	defer func() { <-e.slots }()
-	return e.process(ctx, p.RunID)
+	defer sl.release()
+	return e.process(ctx, p.RunID, sl)
 }
 
-// process claims run id and runs it, holding one of the executor's slots.
-// ctx bounds the run (asynq's deadline and shutdown).
-func (e *Executor) process(ctx context.Context, id string) error {
+// process claims run id and runs it, holding sl, one of the executor's
+// slots. It returns when the run has ended, or detached (it then runs on
+// in a goroutine of e.runs, and sl is given back). ctx bounds the run
+// until it detaches (asynq's deadline and shutdown).
+func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 	spec, err := e.store.Spec(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		e.log.Warn("task for a run that does not exist", "run", id)
@@ -64,44 +66,97 @@ func (e *Executor) process(ctx context.Context, id string) error {
 	// The run is registered as active before it is claimed, so that a
 	// shutdown waits for it or ends it.
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancel(nil)
+	a := &activeRun{cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
 	e.mu.Lock()
 	if _, dup := e.active[id]; dup {
 		// Announced and handed out by asynq at once: one of them runs it.
 		e.mu.Unlock()
+		cancel(nil)
 		return nil
 	}
-	ended := make(chan struct{})
-	e.active[id], e.ended[id] = cancel, ended
+	e.active[id] = a
 	e.mu.Unlock()
-	defer func() {
+	end := func() {
 		e.mu.Lock()
 		delete(e.active, id)
-		delete(e.ended, id)
+		if a.isDetached {
+			e.detached--
+		}
 		e.mu.Unlock()
-		close(ended)
-	}()
-	// asynq cancels ctx when it gives up on the task (its deadline, or its
-	// own shutdown timeout): the run ends then too.
-	stop := context.AfterFunc(ctx, func() { cancel(ErrShutdown) })
-	defer stop()
-
-	ok, err := e.store.Claim(runCtx, id, e.cfg.ID, e.cfg.Lease)
-	if err != nil {
-		return fmt.Errorf("claim run: %w", err)
+		close(a.ended)
+		cancel(nil)
 	}
-	if !ok {
+	// asynq cancels ctx when it gives up on the task (its deadline, or its
+	// own shutdown timeout): the run ends then too — until it detaches.
+	unlink := context.AfterFunc(ctx, func() { cancel(ErrShutdown) })
+	defer unlink()
+
+	c, err := e.store.ClaimFor(runCtx, id, spec.ConversationID, e.cfg.ID, e.cfg.Lease, e.cfg.OwnerTTL)
+	switch {
+	case err != nil:
+		end()
+		return fmt.Errorf("claim run: %w", err)
+	case c.Elsewhere != "":
+		// The conversation's other runs live on that executor, with its
+		// folder: the run goes there.
+		end()
+		log.Debug("the conversation runs elsewhere; handing the run over", "to", c.Elsewhere)
+		if err := e.sched.EnqueueFor(context.WithoutCancel(ctx), id, c.Elsewhere); err != nil {
+			return fmt.Errorf("hand the run over to %s: %w", c.Elsewhere, err)
+		}
+		return nil
+	case !c.OK:
 		// Cancelled before it started, or it already ran (asynq hands an
 		// interrupted task out again): never run user code twice.
+		end()
 		log.Info("run is not queued any more; skipping")
 		return nil
 	}
 	log.Debug("run started")
-	stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
-	res := e.run(runCtx, id, spec, log)
-	stopWatch()
-	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
-	return e.finish(id, spec.ConversationID, res, log)
+	var onStart func()
+	if spec.Parallel || spec.Detach {
+		onStart = func() { e.detach(runCtx, id, spec.ConversationID, a, sl, log) }
+	}
+	finished := make(chan error, 1)
+	e.runs.Go(func() {
+		defer end()
+		stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
+		res := e.run(runCtx, id, spec, log, onStart)
+		stopWatch()
+		e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
+		finished <- e.finish(id, spec.ConversationID, res, log)
+	})
+	select {
+	case err := <-finished:
+		return err
+	case <-a.detached:
+		return nil
+	}
+}
+
+// detach lets a run whose program has started go on without its slot
+// and outside its conversation's order, if the executor has room for
+// another detached run; the conversation's next run is enqueued.
+func (e *Executor) detach(ctx context.Context, id, cid string, a *activeRun, sl *slot, log *slog.Logger) {
+	e.mu.Lock()
+	if e.detached >= e.cfg.MaxDetached {
+		e.mu.Unlock()
+		log.Info("detached runs at their limit: the run keeps its slot", "limit", e.cfg.MaxDetached)
+		return
+	}
+	e.detached++
+	a.isDetached = true
+	e.mu.Unlock()
+	next, err := e.store.Detach(context.WithoutCancel(ctx), id, cid)
+	if err != nil {
+		// It stays its conversation's head until it ends.
+		log.Warn("record a detached run", "err", err)
+	}
+	sl.release()
+	close(a.detached)
+	if err := e.sched.Enqueue(context.WithoutCancel(ctx), next); err != nil {
+		log.Warn("enqueue the conversation's next run; the sweep will", "next", next, "err", err)
+	}
 }
 
 // runState is what a run produced, for finish.
@@ -112,7 +167,9 @@ type runState struct {
 	failure error // a service error, logged
 }
 
-func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) runState {
+// run runs a claimed run to its end; onStart, if set, is called once its
+// program has started.
+func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger, onStart func()) runState {
 	st := runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
 		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}}
 	fail := func(err error, msg string) runState {
@@ -123,52 +180,11 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		return st
 	}
 
-	// A new conversation takes a sandbox that is started already; so does
-	// one without a sandbox here, its files moved (walk mode) or copied
-	// (loop mode) into the sandbox's folder, which then takes the
-	// conversation's name — never while another sandbox (another
-	// language's, a kept interpreter) mounts the folder it has.
-	adopted, asked := false, true
-	existed := e.folders.Exists(spec.ConversationID)
-	switch cid := spec.ConversationID; {
-	case !existed:
-		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
-	case !e.sandboxes.HasWarm(cid):
-		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) {
-			dir, err := e.folders.MoveInto(slot, cid)
-			if errors.Is(err, files.ErrSlotDirty) {
-				err = fmt.Errorf("%w: %w", sandbox.ErrSpoiled, err)
-			}
-			return dir, err
-		})
-	default:
-		asked = false
+	dir, before, release, err := e.prepare(ctx, spec)
+	if pe, ok := errors.AsType[*prepareError](err); ok {
+		return fail(pe.err, pe.msg)
 	}
-	if asked { // taken or not, the pool may want another
-		if !adopted {
-			e.log.Debug("no pooled sandbox: starting one", "conversation", spec.ConversationID, "language", spec.Language)
-		}
-		select {
-		case e.poolWake <- struct{}{}:
-		default:
-		}
-	}
-	dir, err := e.folders.Ensure(spec.ConversationID)
-	if err != nil {
-		return fail(err, "could not prepare the conversation's files")
-	}
-	if c := e.cfg.Copies; c != nil {
-		if !existed {
-			c.Forget(spec.ConversationID) // its folder was removed here
-		}
-		if err := c.Pull(ctx, spec.ConversationID); err != nil {
-			return fail(err, "could not fetch the conversation's files from the file store")
-		}
-	}
-	before, err := e.folders.List(spec.ConversationID)
-	if err != nil {
-		return fail(err, "could not read the conversation's files")
-	}
+	defer release()
 
 	out := newOutput(e.cfg.MaxOutput, func(evs ...runbox.Event) {
 		if err := e.store.Append(context.WithoutCancel(ctx), id, evs...); err != nil {
@@ -184,6 +200,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 		KeepState:      spec.KeepState,
+		OnStart:        onStart,
 	}
 	switch {
 	case spec.Interactive:
@@ -200,6 +217,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		write = func(s sandbox.Stream, p []byte) { out.write(s, p); tl.write(s, p) }
 	}
 	oc, runErr := e.sandboxes.Run(ctx, req, write)
+	release()
 	out.flush()
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
@@ -214,7 +232,10 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	if c := e.cfg.Copies; c != nil {
 		// Before the run's done: a client that reads the files then, or
 		// a next run on another executor, finds them in the store.
-		if err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after); err != nil {
+		unlock := e.convs.lock(spec.ConversationID)
+		err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after)
+		unlock()
+		if err != nil {
 			return fail(err, "could not save the conversation's files to the file store")
 		}
 	}
@@ -267,6 +288,74 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventExit, ExitCode: &code, DurationMS: &ms})
 	}
 	return st
+}
+
+// prepareError is a failure to prepare a run's folder, with what its
+// client is told.
+type prepareError struct {
+	msg string
+	err error
+}
+
+func (e *prepareError) Error() string { return e.msg + ": " + e.err.Error() }
+func (e *prepareError) Unwrap() error { return e.err }
+
+// prepare makes the conversation's folder ready for a run and returns
+// it, its listing before the run, and the release of the run's hold on
+// the conversation's sandboxes (sandbox.Manager.Hold), to be called once
+// the program is over. Runs of one conversation prepare one at a time.
+//
+// A new conversation takes a sandbox that is started already; so does
+// one without a sandbox here, its files moved (walk mode) or copied (loop
+// mode) into the sandbox's folder, which then takes the conversation's
+// name — never while another sandbox (another language's, a kept
+// interpreter, a run under way) mounts the folder it has.
+func (e *Executor) prepare(ctx context.Context, spec runbox.Spec) (string, []files.Entry, func(), error) {
+	cid := spec.ConversationID
+	unlock := e.convs.lock(cid)
+	defer unlock()
+	adopted, asked := false, true
+	existed := e.folders.Exists(cid)
+	switch {
+	case !existed:
+		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
+	case !e.sandboxes.HasSandbox(cid):
+		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) {
+			dir, err := e.folders.MoveInto(slot, cid)
+			if errors.Is(err, files.ErrSlotDirty) {
+				err = fmt.Errorf("%w: %w", sandbox.ErrSpoiled, err)
+			}
+			return dir, err
+		})
+	default:
+		asked = false
+	}
+	if asked { // taken or not, the pool may want another
+		if !adopted {
+			e.log.Debug("no pooled sandbox: starting one", "conversation", cid, "language", spec.Language)
+		}
+		select {
+		case e.poolWake <- struct{}{}:
+		default:
+		}
+	}
+	dir, err := e.folders.Ensure(cid)
+	if err != nil {
+		return "", nil, nil, &prepareError{"could not prepare the conversation's files", err}
+	}
+	if c := e.cfg.Copies; c != nil {
+		if !existed {
+			c.Forget(cid) // its folder was removed here
+		}
+		if err := c.Pull(ctx, cid); err != nil {
+			return "", nil, nil, &prepareError{"could not fetch the conversation's files from the file store", err}
+		}
+	}
+	before, err := e.folders.List(cid)
+	if err != nil {
+		return "", nil, nil, &prepareError{"could not read the conversation's files", err}
+	}
+	return dir, before, e.sandboxes.Hold(cid), nil
 }
 
 // errUserCancel is the cause of a cancellation a client asked for.

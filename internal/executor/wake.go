@@ -53,9 +53,10 @@ func (a *announcements) loop(ctx context.Context) {
 		}
 		e.metrics.announced.Inc()
 		e.log.Debug("took an announced run", "run", id)
+		sl := &slot{ch: e.slots}
 		e.runs.Go(func() {
-			defer func() { <-e.slots }()
-			if err := e.process(context.WithoutCancel(ctx), id); err != nil {
+			defer sl.release()
+			if err := e.process(context.WithoutCancel(ctx), id, sl); err != nil {
 				e.log.Warn("run an announced run", "run", id, "err", err)
 			}
 		})

@@ -50,6 +50,21 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	return s.enqueue(ctx, id, spec, owner)
+}
+
+// EnqueueFor queues a run for executor, which runs its conversation's
+// live runs (store.Claimed.Elsewhere).
+func (s *Scheduler) EnqueueFor(ctx context.Context, id, executor string) error {
+	spec, err := s.store.Spec(ctx, id)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(ctx, id, spec, executor)
+}
+
+// enqueue queues a run for owner, or for any executor when owner is "".
+func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, owner string) error {
 	q := Name
 	if owner != "" {
 		q = ExecutorQueue(owner)
@@ -67,7 +82,7 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 }
 
 // Sweep moves on every conversation whose head has ended, and enqueues
-// heads that were never enqueued.
+// heads and parallel runs that were never enqueued.
 func (s *Scheduler) Sweep(ctx context.Context) {
 	heads, err := s.store.Heads(ctx)
 	if err != nil {
@@ -78,6 +93,38 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 		if err := s.sweep(ctx, h); err != nil {
 			s.log.Warn("sweep conversation", "conversation", h.Conversation, "run", h.Run, "err", err)
 		}
+	}
+	s.sweepParallel(ctx)
+}
+
+// sweepBatch bounds the parallel runs one sweep looks at.
+const sweepBatch = 200
+
+// sweepParallel enqueues (again) the parallel runs still queued a while
+// after they were made — enqueueing one that is waiting in a queue does
+// nothing — and forgets those that are not queued any more.
+func (s *Scheduler) sweepParallel(ctx context.Context) {
+	ids, err := s.store.StaleParallel(ctx, time.Now().Add(-sweepAge), sweepBatch)
+	if err != nil {
+		s.log.Warn("sweep parallel runs", "err", err)
+		return
+	}
+	var gone []string
+	for _, id := range ids {
+		run, err := s.store.Run(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound) || err == nil && run.Status != runbox.StatusQueued:
+			gone = append(gone, id)
+		case err != nil:
+			s.log.Warn("sweep parallel run", "run", id, "err", err)
+		default:
+			if err := s.Enqueue(ctx, id); err != nil {
+				s.log.Warn("sweep parallel run", "run", id, "err", err)
+			}
+		}
+	}
+	if err := s.store.ForgetParallel(ctx, gone...); err != nil {
+		s.log.Warn("sweep parallel runs", "err", err)
 	}
 }
 

@@ -180,3 +180,51 @@ func TestEnqueueFollowsOwner(t *testing.T) {
 		t.Errorf("a run stranded in a dead executor's queue was not enqueued again: %v", err)
 	}
 }
+
+// TestSweepEnqueuesParallelRuns: a parallel run whose enqueueing was lost
+// is enqueued by the sweep once it is older than sweepAge — for the
+// executor its conversation's live runs are on — and one that is no longer
+// queued is forgotten.
+func TestSweepEnqueuesParallelRuns(t *testing.T) {
+	_, url := testenv.Miniredis(t)
+	rdb := testenv.Client(t, url)
+	st := store.New(rdb)
+	sched := NewScheduler(st, NewClient(rdb), slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	create := func(id string, at time.Time) {
+		_, _, err := st.CreateRun(ctx, store.NewRun{
+			Run:      runbox.Run{ID: id, ConversationID: "conv", Language: "shell", CreatedAt: at},
+			Spec:     runbox.Spec{Language: "shell", Code: "true", ConversationID: "conv", TimeoutSeconds: 5, Parallel: true},
+			Parallel: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Minute)
+	create("live", old)
+	create("lost", old)
+	create("cancelled", old)
+	create("young", time.Now())
+	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1"}, time.Minute)
+	if c, err := st.ClaimFor(ctx, "live", "conv", "ex1", time.Minute, 0); err != nil || !c.OK {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	st.Finish(ctx, "cancelled", store.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
+		Result: &runbox.Result{}, Conversation: "conv"})
+
+	sched.Sweep(ctx)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	if _, err := insp.GetTaskInfo(ExecutorQueue("ex1"), "lost"); err != nil {
+		t.Errorf("the lost run was not enqueued for ex1: %v", err)
+	}
+	for _, id := range []string{"cancelled", "young"} {
+		if _, err := insp.GetTaskInfo(Name, id); err == nil {
+			t.Errorf("run %s was enqueued", id)
+		}
+	}
+	stale, _ := st.StaleParallel(ctx, time.Now().Add(time.Hour), 10)
+	if len(stale) != 2 || stale[0] != "lost" || stale[1] != "young" {
+		t.Errorf("remembered %v, want [lost young]", stale)
+	}
+}

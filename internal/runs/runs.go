@@ -7,7 +7,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -141,6 +143,9 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 		return spec, runbox.Errorf(runbox.ETooLarge, "stdin is %d bytes; the limit is %d", len(spec.Stdin), s.limits.MaxStdinBytes)
 	case spec.KeepState && spec.Language != "python":
 		return spec, runbox.Errorf(runbox.EInvalid, "keep_state is for python only")
+	case spec.KeepState && (spec.Parallel || spec.Detach):
+		// The kept interpreter runs one cell at a time, in order.
+		return spec, runbox.Errorf(runbox.EInvalid, "keep_state runs take their turn in the conversation")
 	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > s.limits.MaxTimeoutSeconds:
 		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", s.limits.MaxTimeoutSeconds)
 	}
@@ -224,6 +229,7 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	// executor's started event can never come first.
 	adm, id, err := s.store.CreateRun(ctx, store.NewRun{
 		Run: run, Spec: spec, Client: auth.Client(ctx), IdempotencyKey: idempotencyKey, MaxWaiting: s.limits.MaxWaiting,
+		Parallel: spec.Parallel,
 	})
 	if err != nil {
 		return runbox.Run{}, err
@@ -310,6 +316,28 @@ func (s *Service) Wait(ctx context.Context, id string, after int64, onEvent func
 				return nil, fmt.Errorf("run %s: done without a result", id)
 			}
 			return ev.Result, nil
+		}
+	}
+}
+
+// WaitDetached follows a run (Spec.Parallel or Spec.Detach) until it has
+// detached — its program runs on, outside its conversation's order and
+// holding no executor slot — or ended, and returns its record then. A run
+// that keeps its slot (its executor's detached runs at their limit) is
+// followed to its end.
+func (s *Service) WaitDetached(ctx context.Context, id string) (runbox.Run, error) {
+	w, err := s.Watch(ctx, id, 0)
+	if err != nil {
+		return runbox.Run{}, err
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return runbox.Run{}, err
+		}
+		if err != nil || ev.Type == runbox.EventDetached || ev.Type == runbox.EventDone {
+			return s.Get(ctx, id)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -150,6 +151,7 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
 		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr, dataDir: req.DataDir,
 	}
+	sb.conn.OnProxy(func(c net.Conn, run uint32) { m.inbound(sb, c, run) })
 	go func() {
 		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
 		// The container stopped, or the engine went away (restarted):
@@ -172,6 +174,9 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
+	m.mu.Lock()
+	m.open[sb] = struct{}{}
+	m.mu.Unlock()
 	return sb, nil
 }
 

@@ -25,11 +25,16 @@ const resetTimeout = 10 * time.Second
 
 // recycle resets an evicted sandbox into the pool, or removes it.
 func (m *Manager) recycle(sb *sandbox) {
-	lang := sb.key.language
+	lang, conv := sb.key.language, sb.key.conversation
 	if m.opts.Recycle == nil || sb.dead.Load() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
 		return
 	}
+	// No longer its conversation's: no stream is dialled into it, and the
+	// reset ends those open.
+	m.mu.Lock()
+	sb.key = warmKey{language: lang}
+	m.mu.Unlock()
 	begin := time.Now()
 	if r, err := sb.reset(); err != nil || !r.Clean {
 		m.log.Info("not recycling a sandbox", "container", shortID(sb.id), "reason", r.Reason, "err", err)
@@ -37,7 +42,14 @@ func (m *Manager) recycle(sb *sandbox) {
 		return
 	}
 	reset := time.Since(begin)
-	slot, err := m.opts.Recycle(sb.key.conversation, func(dir string) bool {
+	// Asked under the folder's lock: no other sandbox of the conversation
+	// may mount the folder about to become a slot. A run that starts
+	// meanwhile marks the folder used first (files.Folders.Ensure), which
+	// Recycle sees.
+	slot, err := m.opts.Recycle(conv, func(dir string) bool {
+		if m.HasSandbox(conv) {
+			return false
+		}
 		id, err := dirID(dir)
 		return err == nil && id == sb.data
 	}, sb.idleFrom)
@@ -46,7 +58,6 @@ func (m *Manager) recycle(sb *sandbox) {
 		m.discard(sb)
 		return
 	}
-	sb.key = warmKey{language: lang}
 	sb.dataDir = slot
 	m.mu.Lock()
 	m.pool[lang] = append(m.pool[lang], sb)
@@ -59,11 +70,11 @@ func (m *Manager) recycle(sb *sandbox) {
 // reset asks the agent to reset the sandbox and waits for its answer; a
 // sandbox that does not answer in time is killed.
 func (sb *sandbox) reset() (agent.Reset, error) {
+	timer := time.AfterFunc(resetTimeout, func() { sb.m.kill(sb.id) })
+	defer timer.Stop()
 	if err := sb.conn.Reset(); err != nil {
 		return agent.Reset{}, err
 	}
-	timer := time.AfterFunc(resetTimeout, func() { sb.m.kill(sb.id) })
-	defer timer.Stop()
 	for {
 		msg, err := sb.conn.Recv()
 		if err != nil {

@@ -15,8 +15,15 @@ import (
 // run sends req to the agent and relays its output until the program ends.
 func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, error) {
 	start := time.Now()
+	// Set before the program starts, cleared once it is over: what the
+	// program connects to the proxy listener meanwhile is this run's.
+	sb.running.Store(&runTag{number: sb.conn.NextRun(), runID: req.RunID, conversation: req.ConversationID})
+	defer sb.running.Store(nil)
 	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState}); err != nil {
 		return Outcome{}, fmt.Errorf("send program: %w", err)
+	}
+	if req.OnStart != nil {
+		req.OnStart()
 	}
 	// Input must never reach the sandbox's next program: the gate closes
 	// when this run ends, whatever the reader is still waiting for.

@@ -115,6 +115,10 @@ type Options struct {
 	Recycle func(conversation string, mounted func(dir string) bool, idleSince time.Time) (slot string, err error)
 	// MaxPool bounds the pool that recycled sandboxes join, per language.
 	MaxPool WarmLimits
+	// Inbound, if set, receives the connections programs make to their
+	// sandbox's proxy listener while it runs a run (streams.go); it owns
+	// each, and must not block for long. Without it they are closed.
+	Inbound func(Inbound)
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.
@@ -133,7 +137,9 @@ type Manager struct {
 	runners   map[string]runbox.Runner // by language, and templates by TemplateKey
 	templates []runbox.Template
 	live      map[string]struct{}   // containers started and not yet removed
+	open      map[*sandbox]struct{} // sandboxes started and not yet discarded, in use or not
 	warm      map[warmKey]*sandbox  // idle sandboxes, ready for their conversation
+	held      map[string]int        // conversations with runs under way here (Hold), and how many
 	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
 	demand    *demand               // how many the pool should hold
 }
@@ -148,7 +154,8 @@ func NewManager(docker Docker, opts Options) *Manager {
 	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
 	return &Manager{
 		docker: docker, opts: opts, log: log,
-		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, warm: map[warmKey]*sandbox{},
+		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
+		held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
 	}
 }
@@ -259,6 +266,9 @@ type Request struct {
 	DataDir string
 	// KeepState runs Python code in the sandbox's kept interpreter.
 	KeepState bool
+	// OnStart, if set, is called once the program has been handed to the
+	// sandbox's agent: it runs from then on.
+	OnStart func()
 }
 
 // Stream names an output stream.

@@ -20,9 +20,26 @@ import (
 
 func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
+	return newManagerOptions(t, func(o *Options) { o.Limits = limits })
+}
+
+// newManagerWith returns a Manager of the default limits, its options
+// changed by change.
+func newManagerWith(t testing.TB, change func(*Options)) *Manager {
+	t.Helper()
+	m, _ := newManagerOptions(t, func(o *Options) {
+		o.Limits = defaultLimits
+		change(o)
+	})
+	return m
+}
+
+func newManagerOptions(t testing.TB, change func(*Options)) (*Manager, *client.Client) {
+	t.Helper()
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: limits, MaxWarm: WarmLimits{Default: 8},
-		ImageTag: os.Getenv("RUNNER_TAG")})
+	opts := Options{ExecutorID: "test-" + rand.Text()[:8], MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")}
+	change(&opts)
+	m := NewManager(docker, opts)
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -554,5 +571,97 @@ func TestPool(t *testing.T) {
 	// Both new conversations asked: the pool should hold two now.
 	if got := m.PoolTarget("bash", 1, 16); got != 2 {
 		t.Errorf("pool target after two asks: %d", got)
+	}
+}
+
+// TestSeveralSandboxesPerConversation: runs of one conversation that go
+// at once get a sandbox each, all mounting the conversation's folder;
+// afterwards one stays warm and the others are removed, never recycled:
+// their folder is the conversation's. While a run holds the conversation,
+// its idle sandboxes are not recycled either.
+func TestSeveralSandboxesPerConversation(t *testing.T) {
+	docker := testenv.Docker(t)
+	var mu sync.Mutex
+	var asked []bool // what mounted said for each recycling asked for
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
+		MaxWarm: WarmLimits{Default: 8}, MaxPool: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG"),
+		Recycle: func(_ string, mounted func(string) bool, _ time.Time) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, mounted(""))
+			return "", fmt.Errorf("not recycled in this test")
+		}})
+	if _, err := m.Discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		assertNoContainers(t, docker, m.opts.ExecutorID, "")
+	})
+	dir := dataDir(t)
+
+	// Two runs at once: each waits until the other's file is there.
+	var wg sync.WaitGroup
+	hosts := make([]string, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			release := m.Hold("conv")
+			defer release()
+			var c capture
+			code := fmt.Sprintf("touch mine-%d; for i in $(seq 100); do [ -e mine-%d ] && break; sleep 0.1; done; ls mine-%d >/dev/null && cat /etc/hostname",
+				i, 1-i, 1-i)
+			oc, err := m.Run(context.Background(), Request{RunID: fmt.Sprint("r", i), ConversationID: "conv", Language: "bash",
+				Code: code, Timeout: 30 * time.Second, DataDir: dir}, c.output)
+			if err != nil || oc.ExitCode != 0 {
+				t.Errorf("run %d: %+v %v (stderr %q)", i, oc, err, c.stderr.String())
+			}
+			hosts[i] = strings.TrimSpace(c.stdout.String())
+		})
+	}
+	wg.Wait()
+	if hosts[0] == hosts[1] || hosts[0] == "" {
+		t.Errorf("the two runs ran in %q and %q", hosts[0], hosts[1])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Live() != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m.Warm() != 1 || m.Live() != 1 {
+		t.Errorf("%d warm, %d live; want the surplus sandbox removed", m.Warm(), m.Live())
+	}
+	mu.Lock()
+	if len(asked) != 0 {
+		t.Errorf("the surplus sandbox was recycled: %v", asked)
+	}
+	mu.Unlock()
+
+	// A run holds the conversation: its idle sandbox is not recycled.
+	release := m.Hold("conv")
+	if !m.HasSandbox("conv") {
+		t.Error("a held conversation has no sandbox")
+	}
+	m.opts.IdleTTL = time.Nanosecond
+	if n := m.Prune(); n != 1 {
+		t.Fatalf("pruned %d", n)
+	}
+	release()
+	m.Prune()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(asked)
+		mu.Unlock()
+		if n >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	if len(asked) != 1 || asked[0] {
+		t.Errorf("recycling of a held conversation's sandbox was asked %v; want once, refused", asked)
+	}
+	mu.Unlock()
+	if m.HasSandbox("conv") {
+		t.Error("a released conversation without sandboxes has one")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,6 +48,8 @@ type sandbox struct {
 	dataDir  string
 	idleFrom time.Time
 	dead     atomic.Bool // its attach stream ended
+	// running is the run it runs, while it does (streams.go).
+	running atomic.Pointer[runTag]
 }
 
 // take returns the conversation's idle sandbox, if it still mounts the
@@ -80,8 +83,12 @@ func (m *Manager) park(sb *sandbox) {
 	prev := m.warm[sb.key]
 	m.warm[sb.key] = sb
 	var evict []*sandbox
+	var surplus *sandbox
 	if prev != nil && prev != sb {
-		evict = append(evict, prev)
+		// Another of the conversation's sandboxes (several runs went at
+		// once): its folder stays the conversation's, so it is removed,
+		// never recycled.
+		surplus = prev
 	}
 	for {
 		n, oldest := 0, sb
@@ -100,6 +107,9 @@ func (m *Manager) park(sb *sandbox) {
 		evict = append(evict, oldest)
 	}
 	m.mu.Unlock()
+	if surplus != nil {
+		go m.discard(surplus)
+	}
 	for _, w := range evict {
 		go m.recycle(w)
 	}
@@ -174,7 +184,13 @@ func ParseWarmLimits(s string) (WarmLimits, error) {
 
 // discard removes a sandbox for good.
 func (m *Manager) discard(sb *sandbox) {
+	m.mu.Lock()
+	delete(m.open, sb)
+	m.mu.Unlock()
+	// The attach stream first: a stream's write blocked on it then fails,
+	// and closing the streams never waits for it.
 	sb.attach.Close()
+	sb.conn.Close()
 	m.remove(sb.id)
 }
 
@@ -266,7 +282,9 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 			m.mu.Unlock()
 			return false
 		}
+		m.mu.Lock()
 		sb.key, sb.dataDir = warmKey{conversation: conversation, language: language}, dir
+		m.mu.Unlock()
 		m.park(sb)
 		return true
 	}
@@ -292,17 +310,48 @@ func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 	return len(gone)
 }
 
-// HasWarm reports whether a conversation has an idle sandbox here, of any
-// language: each mounts the conversation's folder as it is.
-func (m *Manager) HasWarm(conversation string) bool {
+// HasSandbox reports whether a conversation has a sandbox here: an idle
+// one, of any language, or a run under way (Hold). Each mounts the
+// conversation's folder as it is, which must then keep its identity: it
+// is not moved into a pooled sandbox's.
+func (m *Manager) HasSandbox(conversation string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.hasSandboxLocked(conversation)
+}
+
+func (m *Manager) hasSandboxLocked(conversation string) bool {
+	if m.held[conversation] > 0 {
+		return true
+	}
 	for k := range m.warm {
 		if k.conversation == conversation {
 			return true
 		}
 	}
 	return false
+}
+
+// Hold marks a conversation as having a run under way here until release
+// is called: from before its sandbox is taken or started to after the
+// run, so that no idle sandbox of the conversation is recycled — which
+// would take the folder the run's sandbox mounts away from it — and its
+// folder is not moved into a pooled sandbox (HasSandbox). Several runs of
+// one conversation may hold it at once.
+func (m *Manager) Hold(conversation string) (release func()) {
+	m.mu.Lock()
+	m.held[conversation]++
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			if m.held[conversation]--; m.held[conversation] <= 0 {
+				delete(m.held, conversation)
+			}
+			m.mu.Unlock()
+		})
+	}
 }
 
 // PoolTarget returns how many pre-started sandboxes of a language the

@@ -114,13 +114,14 @@ func (s *Store) SubscribeCancels(ctx context.Context) *redis.PubSub {
 	return s.rdb.Subscribe(ctx, cancelChannel)
 }
 
-// Busy reports whether a conversation has a run queued or running.
+// Busy reports whether a conversation has a run queued or running: a
+// head, or live runs (parallel and detached ones hold no head).
 func (s *Store) Busy(ctx context.Context, cid string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, conversationHeadKey(cid)).Result()
+	n, err := s.rdb.Exists(ctx, conversationHeadKey(cid), conversationLiveKey(cid)).Result()
 	if err != nil {
 		return false, fmt.Errorf("read conversation %s: %w", cid, err)
 	}
-	return n == 1, nil
+	return n > 0, nil
 }
 
 // PublishClosed tells the executors that a conversation was closed, so

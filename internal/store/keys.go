@@ -19,6 +19,10 @@ func conversationRunsKey(cid string) string    { return prefix + "conv:" + cid +
 func conversationHeadKey(cid string) string    { return prefix + "conv:" + cid + ":head" }
 func conversationPendingKey(cid string) string { return prefix + "conv:" + cid + ":pending" }
 
+// A conversation's live runs (claimed and not ended, detached ones
+// included) and the executor they run on (claimScript).
+func conversationLiveKey(cid string) string { return prefix + "conv:" + cid + ":live" }
+
 func idempotencyKey(client, key string) string { return prefix + "idem:" + client + ":" + key }
 
 // A client's recent runs, for list_runs without a conversation.
@@ -29,6 +33,7 @@ const (
 	leasesKey       = prefix + "leases"
 	executorsKey    = prefix + "executors"
 	busyConvsKey    = prefix + "convs:busy" // conversations with a head
+	parallelKey     = prefix + "parallel"   // parallel runs not yet claimed, by creation time
 	cancelChannel   = prefix + "cancel"     // run ids whose cancellation was asked for
 	closedChannel   = prefix + "closed"     // ids of closed conversations
 	wakeKey         = prefix + "wake"       // runs just enqueued, for an idle executor (wake.go)

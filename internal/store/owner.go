@@ -23,19 +23,26 @@ func (s *Store) SetOwner(ctx context.Context, cid, executor string, ttl time.Dur
 	return nil
 }
 
-// ownerScript returns the owner of a conversation if its heartbeat is
-// current, else "".
+// ownerScript returns the executor that runs a conversation's live runs,
+// or else its owner, if its heartbeat is current; else "".
+//
+// KEYS[1] the conversation's owner, KEYS[2] its live runs (claimScript)
+// ARGV[1] prefix of executors' heartbeat keys
 var ownerScript = redis.NewScript(`
+local holder = redis.call("HGET", KEYS[2], "executor")
+if holder and redis.call("HLEN", KEYS[2]) > 1 and redis.call("EXISTS", ARGV[1] .. holder) == 1 then
+  return holder
+end
 local owner = redis.call("GET", KEYS[1])
 if not owner then return "" end
 if redis.call("EXISTS", ARGV[1] .. owner) == 1 then return owner end
 return ""
 `)
 
-// Owner returns the live executor that holds conversation cid's sandbox,
-// or "" when none does.
+// Owner returns the live executor that runs conversation cid's live runs
+// or holds its sandbox, or "" when none does.
 func (s *Store) Owner(ctx context.Context, cid string) (string, error) {
-	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid)}, executorKey("")).Text()
+	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid), conversationLiveKey(cid)}, executorKey("")).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("read the owner of %s: %w", cid, err)
 	}

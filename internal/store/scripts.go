@@ -9,16 +9,20 @@ import "github.com/redis/go-redis/v9"
 // createScript records a new run and its queued event, and admits it to
 // its conversation: runs of a conversation execute one at a time, in
 // order, so only the conversation's head is enqueued; the others wait in
-// its pending list until the head ends.
+// its pending list until the head ends. A parallel run (ARGV[9] "1") takes
+// no part in the order: it is enqueued at once, and noted in the set of
+// parallel runs not yet claimed (KEYS[9]) for the sweep to enqueue again
+// should its enqueueing be lost.
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
 // KEYS[6] conversations with a head, KEYS[7] the client's recent runs,
-// KEYS[8] the idempotency key (ignored when ARGV[8] is "")
+// KEYS[8] the idempotency key (ignored when ARGV[8] is ""),
+// KEYS[9] parallel runs not yet claimed
 // ARGV[1] run id, ARGV[2] created (unix ms), ARGV[3] channel, ARGV[4] ttl (s),
 // ARGV[5] queued event, ARGV[6] most runs waiting per conversation,
 // ARGV[7] conversation id, ARGV[8] idempotency: "" or "1",
-// ARGV[9..] field/value pairs of the run hash.
+// ARGV[9] parallel: "" or "1", ARGV[10..] field/value pairs of the run hash.
 // Returns {"enqueue"}, {"wait"}, {"busy"}, or {"exists", run id} when the
 // idempotency key was used before.
 var createScript = redis.NewScript(`
@@ -27,8 +31,8 @@ if ARGV[8] ~= '' then
   if prev then return {'exists', prev} end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ARGV[1]} end
-if redis.call('LLEN', KEYS[5]) >= tonumber(ARGV[6]) then return {'busy'} end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 9))
+if ARGV[9] == '' and redis.call('LLEN', KEYS[5]) >= tonumber(ARGV[6]) then return {'busy'} end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 10))
 local ev = '{"seq":1,' .. string.sub(ARGV[5], 2)
 redis.call('RPUSH', KEYS[2], ev)
 redis.call('PUBLISH', ARGV[3], ev)
@@ -40,6 +44,10 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
 if ARGV[8] ~= '' then redis.call('SET', KEYS[8], ARGV[1], 'EX', ARGV[4]) end
+if ARGV[9] ~= '' then
+  redis.call('ZADD', KEYS[9], ARGV[2], ARGV[1])
+  return {'enqueue'}
+end
 if redis.call('SET', KEYS[4], ARGV[1], 'NX') then
   redis.call('SADD', KEYS[6], ARGV[7])
   return {'enqueue'}
@@ -52,11 +60,13 @@ return {'wait'}
 // transitionScript moves a run between statuses, updates its lease and
 // fields, and appends events, all or nothing. When the run ends (ARGV[9]
 // is "1"), its conversation moves on: if the run was the head, the next
-// pending run becomes the head; if it was waiting, it leaves the list.
+// pending run becomes the head; if it was waiting, it leaves the list; and
+// it leaves the conversation's live runs (KEYS[7]). A run that detaches
+// (ARGV[9] is "d") moves its conversation on the same way but stays live.
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
-// KEYS[6] conversations with a head
+// KEYS[6] conversations with a head, KEYS[7] the conversation's live runs
 // ARGV[1] run id
 // ARGV[2] statuses the run must be in, space separated ("" = any)
 // ARGV[3] new status ("" = unchanged)
@@ -64,7 +74,7 @@ return {'wait'}
 // expired, then del) or ""
 // ARGV[5] lease length (ms) for "set"
 // ARGV[6] channel, ARGV[7] ttl (s), ARGV[8] conversation id,
-// ARGV[9] "1" when the run ends
+// ARGV[9] "1" when the run ends, "d" when it detaches, else ""
 // ARGV[10] n, the number of field/value pairs that follow
 // ARGV[11 .. 10+2n] field/value pairs; ARGV[11+2n ..] events
 // Returns {1, last seq, next head or ""} or {0, current status} when nothing
@@ -102,6 +112,10 @@ redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('EXPIRE', KEYS[2], ARGV[7])
 local nextRun = ''
 if ARGV[9] == '1' then
+  redis.call('HDEL', KEYS[7], ARGV[1])
+  if redis.call('HLEN', KEYS[7]) <= 1 then redis.call('DEL', KEYS[7]) end
+end
+if ARGV[9] ~= '' then
   if redis.call('GET', KEYS[4]) == ARGV[1] then
     nextRun = redis.call('LPOP', KEYS[5])
     if nextRun then
@@ -116,6 +130,53 @@ if ARGV[9] == '1' then
   end
 end
 return {1, seq, nextRun}
+`)
+
+// claimScript marks a queued run as running on an executor, with a lease,
+// and logs its started event — unless its conversation has live runs on
+// another executor whose heartbeat is current: runs of a conversation
+// share its folder (and, with a remote file store, the executor's working
+// copy of it), so while any is live they all run on one executor. The
+// conversation's live runs (KEYS[4]) hold that executor's id in the field
+// "executor" and one field per run; the claim records the executor as the
+// conversation's owner too (KEYS[5]), where the scheduler routes its next
+// runs, and the run leaves the parallel runs not yet claimed (KEYS[6]).
+//
+// KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
+// KEYS[4] the conversation's live runs, KEYS[5] its owner,
+// KEYS[6] parallel runs not yet claimed
+// ARGV[1] run id, ARGV[2] executor, ARGV[3] lease (ms), ARGV[4] channel,
+// ARGV[5] ttl (s), ARGV[6] started event, ARGV[7] started (unix ms),
+// ARGV[8] prefix of executors' heartbeat keys, ARGV[9] owner ttl (ms, 0:
+// none)
+// Returns {1, seq}, {0, current status} when the run is not queued, or
+// {2, executor} when the conversation's runs live on that executor.
+var claimScript = redis.NewScript(`
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {0, ''} end
+if status ~= 'queued' then return {0, status} end
+local holder = redis.call('HGET', KEYS[4], 'executor')
+if holder and holder ~= ARGV[2] then
+  if redis.call('HLEN', KEYS[4]) > 1 and redis.call('EXISTS', ARGV[8] .. holder) == 1 then
+    return {2, holder}
+  end
+  redis.call('DEL', KEYS[4])
+end
+redis.call('HSET', KEYS[4], 'executor', ARGV[2], ARGV[1], '1')
+redis.call('EXPIRE', KEYS[4], ARGV[5])
+if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[9]) end
+redis.call('ZREM', KEYS[6], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[1], 'status', 'running', 'executor', ARGV[2], 'started', ARGV[7])
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[6], 2)
+redis.call('RPUSH', KEYS[2], ev)
+redis.call('PUBLISH', ARGV[4], ev)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return {1, seq}
 `)
 
 // advanceScript moves a conversation past a head that ended without going

@@ -72,6 +72,10 @@ type NewRun struct {
 	IdempotencyKey string
 	// MaxWaiting bounds the runs waiting per conversation.
 	MaxWaiting int
+	// Parallel runs neither wait in nor hold their conversation's order:
+	// they are enqueued at once (Enqueue), whatever else the
+	// conversation runs.
+	Parallel bool
 }
 
 // ErrBusy reports a conversation with too many runs waiting.
@@ -95,12 +99,17 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, er
 	}
 	cid := run.ConversationID
 	created := run.CreatedAt.UnixMilli()
-	args := []any{run.ID, created, channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem,
+	parallel := ""
+	if nr.Parallel {
+		parallel = "1"
+	}
+	args := []any{run.ID, created, channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem, parallel,
 		"id", run.ID, "conversation", cid, "language", run.Language,
 		"created", created, "interactive", boolField(run.Interactive), specField, string(spec)}
 	res, err := createScript.Run(ctx, s.rdb, []string{
 		runKey(run.ID), eventsKey(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
 		conversationPendingKey(cid), busyConvsKey, clientRunsKey(cmp.Or(nr.Client, runbox.DefaultClient)), idemKey,
+		parallelKey,
 	}, args...).StringSlice()
 	if err != nil {
 		return 0, "", fmt.Errorf("create run: %w", err)
@@ -148,6 +157,9 @@ type Transition struct {
 	// Conversation is the run's; when To is final, the conversation moves
 	// on to its next run.
 	Conversation string
+	// Detach moves the conversation on to its next run although the run
+	// goes on (see Detach).
+	Detach bool
 }
 
 // LeaseOp says what a transition does to the run's lease.
@@ -180,8 +192,12 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	}
 	op := [...]string{LeaseKeep: "", LeaseSet: "set", LeaseDelete: "del", LeaseExpired: "expired"}[t.Lease]
 	ends := ""
-	if t.To.Final() && t.Conversation != "" {
+	switch {
+	case t.Conversation == "":
+	case t.To != "" && t.To.Final():
 		ends = "1"
+	case t.Detach:
+		ends = "d"
 	}
 	args := []any{id, strings.Join(from, " "), string(t.To), op, lease.Milliseconds(),
 		channel(id), s.ttlSeconds(), t.Conversation, ends, len(t.Fields)}
@@ -197,7 +213,7 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	}
 	cid := t.Conversation
 	res, err := transitionScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey,
-		conversationHeadKey(cid), conversationPendingKey(cid), busyConvsKey}, args...).Slice()
+		conversationHeadKey(cid), conversationPendingKey(cid), busyConvsKey, conversationLiveKey(cid)}, args...).Slice()
 	if err != nil {
 		return Applied{}, fmt.Errorf("update run %s: %w", id, err)
 	}
@@ -222,18 +238,97 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 // its started event. It reports false when the run is not queued: it was
 // cancelled, or it already ran and must not run again.
 func (s *Store) Claim(ctx context.Context, id, executor string, lease time.Duration) (bool, error) {
-	now := s.now()
-	a, err := s.Apply(ctx, id, Transition{
-		From:   []runbox.Status{runbox.StatusQueued},
-		To:     runbox.StatusRunning,
-		Lease:  LeaseSet,
-		Fields: map[string]string{"executor": executor, "started": strconv.FormatInt(now.UnixMilli(), 10)},
-		Events: []runbox.Event{{TS: now, Type: runbox.EventStarted}},
-	}, lease)
-	if errors.Is(err, ErrNotFound) {
+	cid, err := s.rdb.HGet(ctx, runKey(id), "conversation").Result()
+	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
-	return a.Done, err
+	if err != nil {
+		return false, fmt.Errorf("claim run %s: %w", id, err)
+	}
+	c, err := s.ClaimFor(ctx, id, cid, executor, lease, 0)
+	return c.OK, err
+}
+
+// Claimed is the outcome of ClaimFor.
+type Claimed struct {
+	// OK: the run is this executor's to run now.
+	OK bool
+	// Elsewhere, when not OK, is the executor that runs the run's
+	// conversation's live runs: the run must go there.
+	Elsewhere string
+}
+
+// ClaimFor claims a queued run of conversation cid as Claim does, and keeps a conversation's
+// live runs on one executor: while another live executor runs some, the
+// run is not claimed and Elsewhere names that executor. A claim records
+// executor as the conversation's owner for ownerTTL (none if 0), so that
+// the conversation's next runs are routed to it.
+func (s *Store) ClaimFor(ctx context.Context, id, cid, executor string, lease, ownerTTL time.Duration) (Claimed, error) {
+	now := s.now()
+	ev, err := eventBody(runbox.Event{TS: now, Type: runbox.EventStarted})
+	if err != nil {
+		return Claimed{}, err
+	}
+	res, err := claimScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey,
+		conversationLiveKey(cid), ownerKey(cid), parallelKey},
+		id, executor, lease.Milliseconds(), channel(id), s.ttlSeconds(), ev, now.UnixMilli(), executorKey(""),
+		ownerTTL.Milliseconds()).Slice()
+	if err != nil {
+		return Claimed{}, fmt.Errorf("claim run %s: %w", id, err)
+	}
+	switch code, _ := res[0].(int64); code {
+	case 1:
+		return Claimed{OK: true}, nil
+	case 2:
+		other, _ := res[1].(string)
+		return Claimed{Elsewhere: other}, nil
+	}
+	return Claimed{}, nil
+}
+
+// Detach records that a running run has left its conversation's order
+// (its program runs on, holding no place in it): the conversation's next
+// run may start beside it. It logs a detached event and returns the run
+// that now heads the conversation, to be enqueued ("" if none).
+func (s *Store) Detach(ctx context.Context, id, cid string) (string, error) {
+	a, err := s.Apply(ctx, id, Transition{
+		From:         []runbox.Status{runbox.StatusRunning},
+		Fields:       map[string]string{"detached": "1"},
+		Events:       []runbox.Event{{TS: s.now(), Type: runbox.EventDetached}},
+		Conversation: cid,
+		Detach:       true,
+	}, 0)
+	if err != nil {
+		return "", err
+	}
+	if !a.Done {
+		return "", fmt.Errorf("detach run %s: run is %s", id, a.Status)
+	}
+	return a.Next, nil
+}
+
+// StaleParallel returns parallel runs created before cutoff that no
+// executor has claimed yet, up to n: their enqueueing may have been lost.
+func (s *Store) StaleParallel(ctx context.Context, cutoff time.Time, n int) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, parallelKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read parallel runs: %w", err)
+	}
+	return ids, nil
+}
+
+// ForgetParallel drops runs from the parallel runs not yet claimed: they
+// ended without being claimed (cancelled), or expired.
+func (s *Store) ForgetParallel(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := s.rdb.ZRem(ctx, parallelKey, ids).Err(); err != nil {
+		return fmt.Errorf("forget parallel runs: %w", err)
+	}
+	return nil
 }
 
 // Append logs events of a running run.

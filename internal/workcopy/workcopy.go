@@ -81,8 +81,10 @@ func (c *Copies) Forget(cid string) {
 	c.mu.Unlock()
 }
 
-// manifest returns the conversation's manifest. Runs of one conversation
-// do not overlap, so its manifest has one user at a time.
+// manifest returns the conversation's manifest. The executor pulls and
+// pushes one conversation's copy one run at a time (its runs' programs
+// may overlap, their pulls and pushes do not), so a manifest has one user
+// at a time.
 func (c *Copies) manifest(cid string) *manifest {
 	c.mu.Lock()
 	defer c.mu.Unlock()

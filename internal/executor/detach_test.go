@@ -1,0 +1,285 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+// rig is one executor on a real redis-server and the real Docker Engine,
+// with one slot: runs are submitted to the store as the api would.
+type rig struct {
+	t       *testing.T
+	e       *Executor
+	store   *store.Store
+	sched   *queue.Scheduler
+	folders *files.Folders
+	n       int
+	stop    sync.Once
+}
+
+func newRig(t *testing.T, cfg Config) *rig {
+	t.Helper()
+	rdb := testenv.Client(t, testenv.Redis(t))
+	st := store.New(rdb)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sched := queue.NewScheduler(st, queue.NewClient(rdb), log)
+	root := t.TempDir()
+	folders, err := files.NewFolders(root, files.Options{UID: sandbox.UID, GID: sandbox.GID, Quota: 1 << 30,
+		Files: 100000, Mode: files.QuotaWalk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID = "test-" + strings.ToLower(rand.Text()[:8])
+	cfg.Concurrency = max(cfg.Concurrency, 1)
+	cfg.MaxOutput = 1 << 16
+	cfg.ShutdownGrace = cmpOr(cfg.ShutdownGrace, 10*time.Second)
+	cfg.PollInterval = 50 * time.Millisecond
+	cfg.Schedule = lifecycle.Periodic(clockwork.NewRealClock())
+	m := sandbox.NewManager(testenv.Docker(t), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
+		Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}, MaxWarm: sandbox.WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
+	e := New(cfg, rdb, st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, e: e, store: st, sched: sched, folders: folders}
+	t.Cleanup(func() { r.shutdown() })
+	return r
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d != 0 {
+		return d
+	}
+	return def
+}
+
+func (r *rig) shutdown() {
+	r.stop.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r.e.Shutdown(ctx)
+	})
+}
+
+// submit records and enqueues a run as runs.Service.Submit does.
+func (r *rig) submit(spec runbox.Spec) string {
+	r.t.Helper()
+	r.n++
+	id := fmt.Sprintf("run_%024d", r.n)
+	spec.Language = cmpStr(spec.Language, "bash")
+	if spec.TimeoutSeconds == 0 {
+		spec.TimeoutSeconds = 60
+	}
+	ctx := context.Background()
+	adm, _, err := r.store.CreateRun(ctx, store.NewRun{
+		Run: runbox.Run{ID: id, ConversationID: spec.ConversationID, Language: spec.Language,
+			Status: runbox.StatusQueued, CreatedAt: time.Now()},
+		Spec: spec, MaxWaiting: 16, Parallel: spec.Parallel,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if adm == store.Enqueue {
+		if err := r.sched.Enqueue(ctx, id); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return id
+}
+
+func cmpStr(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+// wait follows a run to its end and returns its record.
+func (r *rig) wait(id string) runbox.Run {
+	r.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		run, err := r.store.Run(context.Background(), id)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if run.Status.Final() {
+			return run
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.t.Fatalf("run %s did not end", id)
+	return runbox.Run{}
+}
+
+// waitEvent waits for an event of a run.
+func (r *rig) waitEvent(id, typ string) {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		evs, err := r.store.Events(context.Background(), id, 0)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == typ {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.t.Fatalf("run %s never had a %s event", id, typ)
+}
+
+// touch makes a file in a conversation's folder, as a client's upload
+// would.
+func (r *rig) touch(cid, name string) {
+	r.t.Helper()
+	if _, err := r.folders.Write(cid, name, strings.NewReader("x"), 10, true); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// waitFor is a shell loop that waits up to 60 s for a file in /data and
+// fails the program if it never comes.
+func waitFor(name string) string {
+	return fmt.Sprintf("for i in $(seq 600); do [ -e %s ] && break; sleep 0.1; done; [ -e %s ] || { echo timeout >&2; exit 9; }", name, name)
+}
+
+// TestParallelRunsOfOneConversation: five parallel runs of one
+// conversation on an executor with one slot all run at once — each waits
+// for the other four to have started — in sandboxes of their own
+// mounting the same folder, and all finish.
+func TestParallelRunsOfOneConversation(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1})
+	var ids []string
+	for i := range 5 {
+		code := fmt.Sprintf("touch started-%d; ", i)
+		for j := range 5 {
+			code += waitFor(fmt.Sprintf("started-%d", j)) + "; "
+		}
+		code += "cat /etc/hostname"
+		ids = append(ids, r.submit(runbox.Spec{ConversationID: "conv", Code: code, Parallel: true}))
+	}
+	hosts := map[string]bool{}
+	for _, id := range ids {
+		run := r.wait(id)
+		if run.Status != runbox.StatusSucceeded {
+			t.Fatalf("run %s: %s %+v", id, run.Status, run.Result)
+		}
+		hosts[run.Result.Stdout] = true
+		evs, _ := r.store.Events(context.Background(), id, 0)
+		if !hasEvent(evs, runbox.EventDetached) {
+			t.Errorf("run %s did not detach: %v", id, evs)
+		}
+	}
+	if len(hosts) != 5 {
+		t.Errorf("five runs ran in %d sandboxes", len(hosts))
+	}
+	if busy, _ := r.store.Busy(context.Background(), "conv"); busy {
+		t.Error("the conversation is busy after its runs ended")
+	}
+}
+
+// TestDetachedRunHoldsNoSlot: a detached run gives back the executor's
+// only slot once its program has started: the runs after it — of its
+// conversation and of another — run while it still runs. Then it is
+// ended by what ends any run: its end, a cancel, its timeout, and the
+// executor's shutdown.
+func TestDetachedRunHoldsNoSlot(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1, ShutdownGrace: time.Second})
+	ctx := context.Background()
+	server := r.submit(runbox.Spec{ConversationID: "conv", Code: "echo up; " + waitFor("stop"), Detach: true})
+	r.waitEvent(server, runbox.EventDetached)
+	for _, cid := range []string{"conv", "other"} {
+		if run := r.wait(r.submit(runbox.Spec{ConversationID: cid, Code: "echo beside"})); run.Status != runbox.StatusSucceeded {
+			t.Fatalf("a run beside the detached one: %s %+v", run.Status, run.Result)
+		}
+	}
+	if run, _ := r.store.Run(ctx, server); run.Status != runbox.StatusRunning {
+		t.Fatalf("the detached run is %s", run.Status)
+	}
+	r.touch("conv", "stop")
+	if run := r.wait(server); run.Status != runbox.StatusSucceeded || run.Result.Stdout != "up\n" {
+		t.Errorf("the detached run ended %s %+v", run.Status, run.Result)
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		id := r.submit(runbox.Spec{ConversationID: "conv", Code: "sleep 60", Detach: true})
+		r.waitEvent(id, runbox.EventDetached)
+		if err := r.store.RequestCancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if run := r.wait(id); run.Status != runbox.StatusCancelled {
+			t.Errorf("cancelled detached run is %s", run.Status)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		id := r.submit(runbox.Spec{ConversationID: "conv", Code: "sleep 60", Detach: true, TimeoutSeconds: 2})
+		r.waitEvent(id, runbox.EventDetached)
+		if run := r.wait(id); run.Status != runbox.StatusTimedOut {
+			t.Errorf("run is %s", run.Status)
+		}
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		id := r.submit(runbox.Spec{ConversationID: "conv", Code: "sleep 60", Detach: true})
+		r.waitEvent(id, runbox.EventDetached)
+		r.shutdown()
+		run := r.wait(id)
+		if run.Status != runbox.StatusError || !strings.Contains(run.Result.Error, "shut down") {
+			t.Errorf("after shutdown the detached run is %s %+v", run.Status, run.Result)
+		}
+	})
+}
+
+func hasEvent(evs []runbox.Event, typ string) bool {
+	for _, ev := range evs {
+		if ev.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// TestWatchdogEndsDetachedRunOfDeadExecutor: a detached run's lease is
+// renewed like any run's; when its executor stops renewing it (it died),
+// the watchdog ends the run as lost.
+func TestWatchdogEndsDetachedRunOfDeadExecutor(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1, Lease: time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		ShutdownGrace: time.Second})
+	id := r.submit(runbox.Spec{ConversationID: "conv", Code: "sleep 60", Detach: true})
+	r.waitEvent(id, runbox.EventDetached)
+	// Still renewed after a few leases.
+	time.Sleep(3 * time.Second)
+	if run, _ := r.store.Run(context.Background(), id); run.Status != runbox.StatusRunning {
+		t.Fatalf("a detached run of a live executor is %s", run.Status)
+	}
+	r.e.background[0].Stop() // the heartbeat: the executor is as good as dead
+	log := slog.New(slog.DiscardHandler)
+	wd := NewWatchdog(r.store, r.sched, lifecycle.Periodic(clockwork.NewRealClock()), log)
+	if err := wd.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer wd.Stop()
+	run := r.wait(id)
+	if run.Status != runbox.StatusError || run.Result.Error != lostMessage {
+		t.Errorf("the lost run ended %s %+v", run.Status, run.Result)
+	}
+}
