@@ -64,7 +64,10 @@ type Result struct {
 	// StateLost says that a kept-state run did not find the state earlier
 	// runs left: its interpreter was lost (with this run, or since the
 	// last one: idle, evicted, closed, or its executor restarted).
-	StateLost      bool       `json:"state_lost,omitempty"`
+	StateLost bool `json:"state_lost,omitempty"`
+	// Running says that a background program still runs: the result is
+	// what it printed until it started (exit_code -1 until it ends).
+	Running        bool       `json:"running,omitempty"`
 	DurationMS     int64      `json:"duration_ms"`
 	RunID          string     `json:"run_id"`
 	ConversationID string     `json:"conversationId"`

@@ -34,6 +34,7 @@ const (
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
 	DefaultMaxDetached       = 32
+	DefaultServerIdle        = time.Hour
 )
 
 // Causes of a run's cancellation.
@@ -77,6 +78,9 @@ type Config struct {
 	// on (runbox.Spec.Parallel, Detach); past it a run keeps its slot to
 	// its end (DefaultMaxDetached if 0).
 	MaxDetached int
+	// ServerIdle ends a background run idle this long (SANDBOX_SERVER_TTL;
+	// DefaultServerIdle if 0).
+	ServerIdle time.Duration
 	// LinkAddr is where the api reaches this executor's sandboxes
 	// (package link), announced with its heartbeat; empty when the api
 	// runs it in its own process.
@@ -101,8 +105,8 @@ type Executor struct {
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
 
-	// tails keep the recent output of background runs (link.Backend).
-	tails tails
+	// backgrounds are the background runs running here (tail.go).
+	backgrounds backgrounds
 
 	// slots bound the runs this executor runs at once, whether asynq
 	// handed them out or an announcement did (wake.go).
@@ -139,6 +143,9 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	}
 	if cfg.OwnerTTL == 0 {
 		cfg.OwnerTTL = sandbox.DefaultIdleTTL
+	}
+	if cfg.ServerIdle == 0 {
+		cfg.ServerIdle = DefaultServerIdle
 	}
 	if cfg.MaxDetached == 0 {
 		cfg.MaxDetached = DefaultMaxDetached

@@ -115,6 +115,9 @@ func (s *Server) run(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.R
 func (s *Server) SDK() *mcpsdk.Server { return s.sdk }
 
 func (s *Server) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.Request) (*mcpsdk.CallToolResult, any, error) {
+	if in.Background {
+		return s.runBackground(ctx, in)
+	}
 	res, errResult, err := s.run(ctx, req, in)
 	if errResult != nil || err != nil {
 		return errResult, nil, err

@@ -59,6 +59,7 @@ type Request struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
 	KeepState      bool              `json:"keep_state,omitempty" jsonschema:"python only: run in the conversation's kept interpreter, where variables, imports and loaded data persist between calls, and a final bare expression is shown as a notebook shows it; plt.show() saves figures to /data; the result's state_lost says when earlier state was lost"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"the same key within 24 hours returns the same run instead of running the code again"`
+	Background     bool              `json:"background,omitempty" jsonschema:"keep the program running after the call returns (a server): the call answers once it has started, with running: true and its output so far; reach its port with get_preview_url, follow it with get_run, end it with cancel_run; it also ends when idle (no output, no preview traffic) for SANDBOX_SERVER_TTL or out of the client's run-seconds"`
 }
 
 // StartRequest is start_run's arguments and the body of POST /v1/runs.
@@ -81,6 +82,7 @@ func (r Request) Spec() runbox.Spec {
 		Stdin:          r.Stdin,
 		Env:            r.Env,
 		KeepState:      r.KeepState,
+		Background:     r.Background,
 	}
 }
 
@@ -128,6 +130,8 @@ func randomHex(n int) string {
 // normalize checks a spec and fills in its defaults. It does not know which
 // languages exist; Submit checks that.
 func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
+	// A background program leaves its conversation's order once started.
+	spec.Detach = spec.Detach || spec.Background
 	spec.Language = strings.ToLower(strings.TrimSpace(spec.Language))
 	if a, ok := aliases[spec.Language]; ok {
 		spec.Language = a
@@ -146,11 +150,11 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 	case spec.KeepState && (spec.Parallel || spec.Detach):
 		// The kept interpreter runs one cell at a time, in order.
 		return spec, runbox.Errorf(runbox.EInvalid, "keep_state runs take their turn in the conversation")
-	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > s.limits.MaxTimeoutSeconds:
-		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", s.limits.MaxTimeoutSeconds)
+	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > maxTimeout(spec, s.limits):
+		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", maxTimeout(spec, s.limits))
 	}
 	if spec.TimeoutSeconds == 0 {
-		spec.TimeoutSeconds = s.limits.MaxTimeoutSeconds
+		spec.TimeoutSeconds = maxTimeout(spec, s.limits)
 	}
 	if spec.ConversationID == "" {
 		spec.ConversationID = NewConversationID()
@@ -191,7 +195,13 @@ func truncate(s string, n int) string {
 // it wait behind the runs of its conversation. A non-empty idempotency key
 // that the client used before returns that run instead.
 func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
-	if err := tierTimeout(ctx, &spec); err != nil {
+	if spec.Background {
+		// Bounded by what the tier has left of its run-seconds, not by a
+		// run's time limit.
+		if err := s.backgroundLimit(ctx, &spec); err != nil {
+			return runbox.Run{}, err
+		}
+	} else if err := tierTimeout(ctx, &spec); err != nil {
 		return runbox.Run{}, err
 	}
 	spec, err := s.normalize(spec)

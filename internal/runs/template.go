@@ -30,8 +30,39 @@ func (s *Service) SubmitTemplate(ctx context.Context, key string, t runbox.Templ
 	}
 	return s.enqueue(ctx, runbox.Spec{
 		Language: runbox.TemplateLanguage(t.Name), Code: TemplateStart, ConversationID: key,
-		TimeoutSeconds: timeout, Background: true,
+		TimeoutSeconds: timeout, Background: true, Detach: true,
 	}, "")
+}
+
+// MaxBackground bounds a background run however busy it is: a server
+// runs at most a day.
+const MaxBackground = 24 * time.Hour
+
+// maxTimeout is the longest timeout a run may ask for: a background one
+// MaxBackground, any other the service's limit.
+func maxTimeout(spec runbox.Spec, l Limits) int {
+	if spec.Background {
+		return int(MaxBackground / time.Second)
+	}
+	return l.MaxTimeoutSeconds
+}
+
+// backgroundLimit holds a background run's timeout to what the caller's
+// tier has left of its run-seconds today (MaxBackground when it asks for
+// none); a tier with none left is refused as any run would be.
+func (s *Service) backgroundLimit(ctx context.Context, spec *runbox.Spec) error {
+	limit := MaxBackground
+	if spec.TimeoutSeconds > 0 {
+		limit = min(limit, time.Duration(spec.TimeoutSeconds)*time.Second)
+	}
+	secs, err := s.backgroundTimeout(ctx, limit)
+	if err != nil {
+		return err
+	}
+	if spec.TimeoutSeconds == 0 || secs < spec.TimeoutSeconds {
+		spec.TimeoutSeconds = secs
+	}
+	return nil
 }
 
 // backgroundTimeout is the time a background run may take: at most
