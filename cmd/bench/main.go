@@ -41,11 +41,11 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, previews")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
-		if err := runOnly(*only, *out, *samples); err != nil {
+		if err := runOnly(*binDir, *only, *out, *samples); err != nil {
 			log.Fatal("bench: ", err)
 		}
 		return
@@ -272,6 +272,12 @@ func run(binDir, outFile string, n int) error {
 		met:      idle < 0.03,
 	})
 
+	pv, err := previewRows(ctx, svc, cs, n)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, pv...)
+
 	svc.stop()
 	dial, err := dialPortRow(ctx, 4*n)
 	if err != nil {
@@ -287,7 +293,7 @@ func run(binDir, outFile string, n int) error {
 }
 
 // runOnly measures the groups named in only (comma-separated).
-func runOnly(only, outFile string, n int) error {
+func runOnly(binDir, only, outFile string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var rows []row
@@ -299,6 +305,12 @@ func runOnly(only, outFile string, n int) error {
 				return err
 			}
 			rows = append(rows, r)
+		case "previews":
+			r, err := onlyPreviews(ctx, binDir, n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
 		default:
 			return fmt.Errorf("-only: unknown measure %q", name)
 		}
