@@ -251,3 +251,43 @@ func TestPreviewTwoExecutors(t *testing.T) {
 		t.Errorf("the servers all ran on one executor: %v", held)
 	}
 }
+
+// TestBackgroundIdle: a background program ends once idle (no output, no
+// preview traffic) for SANDBOX_SERVER_TTL; a server that is browsed or
+// prints lives on, and nothing of it outlives its run.
+func TestBackgroundIdle(t *testing.T) {
+	s := start(t, options{env: []string{"SANDBOX_SERVER_TTL=6s"}})
+	cs := s.session(nil)
+	quiet := background(t, cs, "python", "quiet", "import time\ntime.sleep(3600)\n")
+	background(t, cs, "python", "browsed", pythonServer)
+	u := previewURL(t, cs, "browsed", 8000)
+	// Browsed every second for longer than the TTL.
+	for range 12 {
+		if code, _ := s.browse(t, u, nil); code != http.StatusOK {
+			t.Fatalf("the browsed server: %d", code)
+		}
+		time.Sleep(time.Second)
+	}
+	var p struct {
+		Status string `json:"status"`
+		Events []struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"events"`
+	}
+	call(t, cs, "get_run", map[string]any{"run_id": quiet, "wait_seconds": 1}, &p)
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Status == "running" && time.Now().Before(deadline) {
+		call(t, cs, "get_run", map[string]any{"run_id": quiet, "wait_seconds": 5}, &p)
+	}
+	idle := false
+	for _, ev := range p.Events {
+		idle = idle || ev.Type == "timeout" && strings.Contains(ev.Message, "idle")
+	}
+	if p.Status != "timed_out" || !idle {
+		t.Errorf("the quiet program: %+v", p)
+	}
+	if code, _ := s.browse(t, u, nil); code != http.StatusOK {
+		t.Errorf("the browsed server after the quiet one ended: %d", code)
+	}
+}

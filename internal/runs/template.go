@@ -52,8 +52,11 @@ func maxTimeout(spec runbox.Spec, l Limits) int {
 // none); a tier with none left is refused as any run would be.
 func (s *Service) backgroundLimit(ctx context.Context, spec *runbox.Spec) error {
 	limit := MaxBackground
-	if spec.TimeoutSeconds > 0 {
-		limit = min(limit, time.Duration(spec.TimeoutSeconds)*time.Second)
+	switch asked := time.Duration(spec.TimeoutSeconds) * time.Second; {
+	case asked > MaxBackground:
+		return nil // refused as too long (normalize)
+	case asked > 0:
+		limit = asked
 	}
 	secs, err := s.backgroundTimeout(ctx, limit)
 	if err != nil {
