@@ -38,10 +38,13 @@ deploy-images: deps
 deps:
 	./deploy/deps.sh run
 
+## test-deps: what the integration tests run against besides Docker:
+## redis-server, chromium, compose (apt), versitygw and Gitea (Go modules)
 test-deps:
 	./deploy/deps.sh test
 	@command -v versitygw >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/versitygw" ] || \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW)
+	GO=$(GO) ./deploy/gitea/install.sh
 
 vet:
 	$(GO) vet ./...

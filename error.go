@@ -30,16 +30,20 @@ const (
 	ETemplateUnavailable = "template_unavailable"
 )
 
-// The security gateway's error codes, which its project tools answer
-// with (SEED-CONTRACTS.md).
+// The security gateway's codes, which its tools (the git and project
+// tools) answer with, as its clients expect them.
 const (
-	EGatewayPathTraversal   = "PATH_TRAVERSAL"
-	EGatewayFileSize        = "FILE_SIZE_EXCEEDED"
-	EGatewayQuota           = "QUOTA_EXCEEDED"
-	EGatewaySandboxNotFound = "SANDBOX_NOT_FOUND"
-	EGatewayRateLimit       = "RATE_LIMIT_EXCEEDED"
-	EGatewaySandboxTimeout  = "SANDBOX_TIMEOUT"
-	EGatewayPermission      = "PERMISSION_DENIED"
+	EInvalidRepo       = "INVALID_REPO"
+	EInvalidBranch     = "INVALID_BRANCH"
+	EPathTraversal     = "PATH_TRAVERSAL"
+	EFileSizeExceeded  = "FILE_SIZE_EXCEEDED"
+	EGitHubAuthFailed  = "GITHUB_AUTH_FAILED"
+	EPermissionDenied  = "PERMISSION_DENIED"
+	ERateLimitExceeded = "RATE_LIMIT_EXCEEDED"
+	EGatewayQuota      = "QUOTA_EXCEEDED"
+	// The project tools' own.
+	ESandboxNotFound = "SANDBOX_NOT_FOUND"
+	ESandboxTimeout  = "SANDBOX_TIMEOUT"
 )
 
 // Error is an error a client may see: a code and one sentence that names no

@@ -3,7 +3,8 @@
 # Ubuntu machine lacks, through apt when it can (as root, or with sudo);
 # otherwise it stops with the exact command to run.
 #
-# Usage: deploy/deps.sh [run|test]   (test also needs chromium and compose)
+# Usage: deploy/deps.sh [run|test]   (test also needs chromium, compose,
+# and gcc and git for Gitea)
 set -eu
 
 need=""
@@ -13,6 +14,9 @@ if [ "${1:-run}" = test ]; then
   command -v redis-server >/dev/null || need="$need redis-server"
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need="$need chromium"
   docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need="$need docker-compose"
+  # Gitea (deploy/gitea) is built with SQLite, which needs cgo.
+  command -v gcc >/dev/null || need="$need gcc libc6-dev"
+  command -v git >/dev/null || need="$need git"
 fi
 [ -z "$need" ] && exit 0
 

@@ -28,6 +28,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/gitexport"
 	"github.com/runbox-dev/runbox/internal/leader"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/mcp"
@@ -165,6 +166,19 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	defer sealer.Stop()
 	mcpServer := mcp.New(ctx, svc, convs, log)
 	mcpServer.Audit = recorder
+	if cfg.Git != nil {
+		git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Files: fileStore, Audit: recorder, Clock: clock, Log: log})
+		if err != nil {
+			return err
+		}
+		// A token refused for its breadth stops the start; any other
+		// problem is logged and shows in /readyz.
+		if err := git.Start(ctx); err != nil {
+			return err
+		}
+		gitexport.Register(mcpServer, git)
+		ready["git"] = git.Ready
+	}
 	pv, err := startPreviews(ctx, cfg, previewDeps{store: st, secret: secret, executor: ex, mcp: mcpServer, runs: svc,
 		convs: convs, ready: ready, elector: elector, clock: clock, secrets: []string{string(secret), generated}, log: log})
 	if err != nil {

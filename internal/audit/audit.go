@@ -72,7 +72,7 @@ func ResultOf(code string) string {
 	switch code {
 	case "":
 		return ResultSuccess
-	case "rate_limited", "quota_exceeded":
+	case "rate_limited", "quota_exceeded", "RATE_LIMIT_EXCEEDED", "QUOTA_EXCEEDED":
 		return ResultRateLimited
 	case "unauthorized":
 		return ResultDenied

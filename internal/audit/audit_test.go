@@ -110,6 +110,46 @@ func TestSanitize(t *testing.T) {
 	}
 }
 
+// TestSanitizeFiles: files to be written keep their paths and sizes, and
+// their contents only as digests, in either shape clients send them.
+func TestSanitizeFiles(t *testing.T) {
+	many := make([]any, 40)
+	for i := range many {
+		many[i] = "f" + strings.Repeat("x", i)
+	}
+	got := Sanitize(map[string]any{
+		"files": []any{
+			map[string]any{"path": "report.md", "content": "secret report", "encoding": "utf-8"},
+			map[string]any{"path": "b.bin", "content": "c2VjcmV0", "encoding": "base64", "mode": "secret-mode"},
+			"secret-bare",
+		},
+		"initial_files": map[string]any{"a.js": "secret-js"},
+		"paths":         many,
+	})
+	b, _ := json.Marshal(got)
+	for _, secret := range []string{"secret report", "c2VjcmV0", "secret-mode", "secret-bare", "secret-js"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("sanitized params show %q: %s", secret, b)
+		}
+	}
+	files := got["files"].(map[string]any)
+	list := files["files"].([]map[string]any)
+	if files["count"] != 3 || len(list) != 3 || list[0]["path"] != "report.md" || list[0]["encoding"] != "utf-8" {
+		t.Fatalf("files: %s", b)
+	}
+	if c := list[0]["content"].(map[string]any); c["len"] != len("secret report") || len(c["sha256"].(string)) != 64 {
+		t.Errorf("content: %v", c)
+	}
+	paths := got["paths"].(map[string]any)
+	if paths["count"] != 40 || len(paths["paths"].([]string)) != maxParamItems || paths["paths"].([]string)[1] != "fx" {
+		t.Errorf("paths: %v", paths)
+	}
+	byMap := Sanitize(map[string]any{"files": map[string]any{"x/y.txt": "secret-y"}})["files"].(map[string]any)
+	if e := byMap["files"].([]map[string]any)[0]; e["path"] != "x/y.txt" || e["content"].(map[string]any)["len"] != 8 {
+		t.Errorf("files as a map: %v", byMap)
+	}
+}
+
 // TestSealersShareOneChain: two replicas record at once while two sealers
 // compete for the lease; every entry lands once, in one chain that
 // verifies; retention leaves a checkpoint the rest verifies from.

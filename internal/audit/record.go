@@ -48,6 +48,10 @@ func (r *Recorder) Begin(ctx context.Context, e Entry) (*Call, error) {
 	return &Call{r: r, entry: e, start: e.Time}, nil
 }
 
+// ID names the call in the log (the entries' "call"), so that what the
+// call made can point back to it (a commit's trailer).
+func (c *Call) ID() string { return c.entry.Call }
+
 // End records the call's outcome: code is its error code ("" for
 // success); runID the run it made, if any.
 func (c *Call) End(ctx context.Context, code, runID string) {
@@ -82,15 +86,22 @@ func (r *Recorder) append(ctx context.Context, e Entry) error {
 }
 
 // bulk are the arguments recorded as their length and SHA-256 only.
-var bulk = map[string]bool{"code": true, "data": true, "content_base64": true, "stdin": true}
+var bulk = map[string]bool{"code": true, "data": true, "content_base64": true, "stdin": true, "content": true}
 
-// maxParamString bounds the text of any other argument recorded.
-const maxParamString = 256
+// maxParamString bounds the text of any other argument recorded;
+// maxParamItems the entries of a list of paths or files.
+const (
+	maxParamString = 256
+	maxParamItems  = 32
+)
 
 // Sanitize returns a call's arguments as the log keeps them: bulk fields
 // (code, input data, file content) and env values as {len, sha256}, other
-// text cut to 256 bytes, nested values as their size. A token is never an
-// argument: tokens travel in headers, which are not recorded.
+// text cut to 256 bytes, nested values as their size. Files sent to be
+// written somewhere ("files": [{path, content}] or {path: content}) are
+// kept as their paths with each content's {len, sha256}; "paths" (a list
+// of file names) as the names. A token is never an argument: tokens travel
+// in headers, which are not recorded.
 func Sanitize(args map[string]any) map[string]any {
 	if len(args) == 0 {
 		return nil
@@ -101,6 +112,10 @@ func Sanitize(args map[string]any) map[string]any {
 		switch {
 		case bulk[k]:
 			out[k] = digest(v)
+		case k == "files":
+			out[k] = fileList(v)
+		case k == "paths":
+			out[k] = pathList(v)
 		case k == "env":
 			env, ok := v.(map[string]any)
 			if !ok {
@@ -125,6 +140,68 @@ func Sanitize(args map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// fileList records files to be written: each path, and its content as
+// {len, sha256}; every other field of an entry is digested too, but for
+// its encoding.
+func fileList(v any) any {
+	var out []map[string]any
+	add := func(m map[string]any) bool {
+		if len(out) == maxParamItems {
+			return false
+		}
+		e := map[string]any{}
+		for k, val := range m {
+			switch s, ok := val.(string); {
+			case ok && (k == "path" || k == "encoding"):
+				e[cut(k)] = cut(s)
+			default:
+				e[cut(k)] = digest(val)
+			}
+		}
+		out = append(out, e)
+		return true
+	}
+	switch files := v.(type) {
+	case []any:
+		for _, f := range files {
+			m, ok := f.(map[string]any)
+			if !ok {
+				m = map[string]any{"content": f}
+			}
+			if !add(m) {
+				break
+			}
+		}
+		return map[string]any{"count": len(files), "files": out}
+	case map[string]any:
+		for p, content := range files {
+			if !add(map[string]any{"path": p, "content": content}) {
+				break
+			}
+		}
+		return map[string]any{"count": len(files), "files": out}
+	}
+	return digest(v)
+}
+
+// pathList records a list of file names, cut.
+func pathList(v any) any {
+	list, ok := v.([]any)
+	if !ok {
+		return digest(v)
+	}
+	out := []string{}
+	for _, p := range list[:min(len(list), maxParamItems)] {
+		s, ok := p.(string)
+		if !ok {
+			b, _ := json.Marshal(p)
+			s = string(b)
+		}
+		out = append(out, cut(s))
+	}
+	return map[string]any{"count": len(list), "paths": out}
 }
 
 func digest(v any) map[string]any {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/go-units"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/clients"
 )
 
@@ -114,6 +115,9 @@ type Config struct {
 	// Secrets are the service's own secrets as given (tokens, keys), which
 	// output shown to clients never carries (projects redact them).
 	Secrets []string
+	// Git is GIT_REPOS_FILE (with GIT_API_URL): the repositories clients
+	// may commit to; nil without the file.
+	Git *Git
 
 	LogLevel  string
 	LogFormat string
@@ -189,6 +193,17 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		c.Clients = cs
 	}
 	c.Secrets = secrets(getenv)
+	if file := strings.TrimSpace(getenv("GIT_REPOS_FILE")); file != "" {
+		if g, err := loadGit(file, getenv("GIT_API_URL"), clientNames(c.Clients)); err != nil {
+			if p.err == nil {
+				p.err = err
+			}
+		} else {
+			c.Git = g
+		}
+	} else if strings.TrimSpace(getenv("GIT_API_URL")) != "" {
+		p.fail("GIT_API_URL", "is set without GIT_REPOS_FILE, which names the repositories it serves")
+	}
 	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
 		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
 	}
@@ -263,6 +278,19 @@ func secrets(getenv func(string) string) []string {
 		}
 	}
 	return out
+}
+
+// clientNames are the names of the clients tokens give; "default" when
+// there are none, as api then makes the token of the client "default".
+func clientNames(cs clients.Clients) map[string]bool {
+	names := map[string]bool{}
+	for _, c := range cs {
+		names[c.Name] = true
+	}
+	if len(names) == 0 {
+		names[runbox.DefaultClient] = true
+	}
+	return names
 }
 
 // parseS3 reads FILE_STORE and the AWS variables; nil if FILE_STORE is

@@ -18,9 +18,13 @@ import (
 // back.
 func (s *Server) countCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
-		if _, ok := req.(*mcpsdk.CallToolRequest); ok {
+		if r, ok := req.(*mcpsdk.CallToolRequest); ok {
 			if err := s.runs.AllowCall(ctx); err != nil {
-				res, _, err := s.toolError(ctx, err)
+				name := ""
+				if r.Params != nil {
+					name = r.Params.Name
+				}
+				res, _, err := s.toolErrorOf(ctx, name, err)
 				if err != nil {
 					return nil, err
 				}

@@ -42,12 +42,15 @@ type Server struct {
 	// stopping ends when the api stops: callers that go then do not
 	// cancel their runs.
 	stopping context.Context
+	// codes rename error codes, by tool, for the tools of families that
+	// speak another specification's dialect (AddTool).
+	codes map[string]map[string]string
 }
 
 // New builds the MCP server with every tool.
 // stopping ends when the api stops.
 func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
-	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping}
+	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping, codes: map[string]map[string]string{}}
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
@@ -244,6 +247,15 @@ type ToolError struct {
 	URL string `json:"url,omitempty"`
 	// RetryAfterSeconds tells a limited client when to come back.
 	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+	// Available lists what there is instead of what was asked for (the
+	// templates of a project's template_unavailable).
+	Available []string `json:"available,omitempty"`
+}
+
+// choices is an error that says what there is instead.
+type choices interface {
+	error
+	Available() []string
 }
 
 // toolError turns err into an isError result. Unexpected errors are logged
@@ -259,6 +271,9 @@ func (s *Server) toolError(ctx context.Context, err error) (*mcpsdk.CallToolResu
 	body := ToolError{Error: code, Message: runbox.ErrorMessage(err), RetryAfterSeconds: runbox.RetryAfterSeconds(err)}
 	if tl, ok := errors.AsType[*conversations.TooLargeError](err); ok {
 		body.URL = tl.URL
+	}
+	if c, ok := errors.AsType[choices](err); ok {
+		body.Available = c.Available()
 	}
 	return errorResult(body), nil, nil
 }

@@ -26,6 +26,7 @@ import (
 type fixture struct {
 	cs    *mcpsdk.ClientSession
 	store *store.Store
+	srv   *Server
 }
 
 func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
@@ -50,7 +51,7 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	convs := conversations.NewService(files.NewHostStore(folders), signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
 	srv := New(context.Background(), svc, convs, log)
 
-	f := &fixture{store: st}
+	f := &fixture{store: st, srv: srv}
 
 	ct, stt := mcpsdk.NewInMemoryTransports()
 	if _, err := srv.SDK().Connect(ctx, stt, nil); err != nil {

@@ -26,6 +26,8 @@ type toolInfo struct {
 	readOnly    bool
 	destructive bool
 	idempotent  bool
+	// openWorld: the tool reaches outside the service (a git forge).
+	openWorld bool
 }
 
 func schemaOf[T any]() *jsonschema.Schema {
@@ -62,20 +64,19 @@ func describe(t *mcpsdk.Tool) *mcpsdk.Tool {
 	if !ok {
 		panic("mcp: tool " + t.Name + " is not described")
 	}
-	return declare(t, info)
+	return describeWith(t, info)
 }
 
-// declare adds info's output schema and annotations to t.
-func declare(t *mcpsdk.Tool, info toolInfo) *mcpsdk.Tool {
+func describeWith(t *mcpsdk.Tool, info toolInfo) *mcpsdk.Tool {
 	t.OutputSchema = &jsonschema.Schema{Type: "object", AnyOf: []*jsonschema.Schema{info.out, toolErrorSchema}}
-	destructive, closed := info.destructive, false
+	// Programs have no network: only tools that say so (the git tools)
+	// reach outside the service.
+	destructive, openWorld := info.destructive, info.openWorld
 	t.Annotations = &mcpsdk.ToolAnnotations{
 		ReadOnlyHint:    info.readOnly,
 		DestructiveHint: &destructive,
 		IdempotentHint:  info.idempotent,
-		// Programs have no network, and no tool reaches outside the
-		// service.
-		OpenWorldHint: &closed,
+		OpenWorldHint:   &openWorld,
 	}
 	return t
 }

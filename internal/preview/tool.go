@@ -26,12 +26,8 @@ func Register(s *mcp.Server, svc *Service) {
 			"HTTP and WebSocket are passed through; the page is the root of its own origin, so absolute paths work. " +
 			"Anyone holding the URL may browse it until expires_at; it stops working when the sandbox ends. " +
 			"not_listening when nothing listens on the port.",
-	}, mcp.ToolInfo{Out: mcp.SchemaOf[URL]()}, func(ctx context.Context, _ *mcpsdk.CallToolRequest, in Input) (*mcpsdk.CallToolResult, any, error) {
-		u, err := svc.IssueFor(ctx, cmp.Or(in.ConversationID, in.SessionID), in.Port)
-		if err != nil {
-			return s.ToolError(ctx, err)
-		}
-		return nil, u, nil
+	}, mcp.ToolSpec{Out: mcp.SchemaOf[URL]()}, func(ctx context.Context, in Input) (URL, error) {
+		return svc.IssueFor(ctx, cmp.Or(in.ConversationID, in.SessionID), in.Port)
 	})
 }
 

@@ -155,20 +155,28 @@ func (s *Service) template(ctx context.Context, name string) (runbox.Template, [
 	}
 	if len(executors) == 0 {
 		slices.Sort(available)
-		return runbox.Template{}, nil, &UnavailableError{Template: name, Available: available}
+		return runbox.Template{}, nil, &UnavailableError{Template: name, Names: available}
 	}
 	return found, executors, nil
 }
 
-// UnavailableError reports a template this installation lacks.
+// UnavailableError reports a template this installation lacks:
+// template_unavailable, with the templates there are.
 type UnavailableError struct {
-	Template  string
-	Available []string
+	Template string
+	Names    []string
 }
 
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("template %q is not installed here; available: %s", shorten(e.Template), strings.Join(e.Available, ", "))
+func (e *UnavailableError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap is the error's code and message.
+func (e *UnavailableError) Unwrap() error {
+	return runbox.Errorf(runbox.ETemplateUnavailable, "template %q is not installed here; available: %s",
+		shorten(e.Template), strings.Join(e.Names, ", "))
 }
+
+// Available lists the templates there are (the tool error's available).
+func (e *UnavailableError) Available() []string { return e.Names }
 
 // awaitServer waits until the project's dev server listens and returns a
 // preview URL for it.
@@ -190,13 +198,13 @@ func (s *Service) awaitServer(ctx context.Context, p store.Project) (preview.URL
 			return preview.URL{}, err
 		}
 		if run.Status.Final() {
-			return preview.URL{}, runbox.Errorf(runbox.EGatewaySandboxTimeout,
+			return preview.URL{}, runbox.Errorf(runbox.ESandboxTimeout,
 				"the project's dev server ended before it listened (%s); see get_sandbox_output build_output", run.Status)
 		}
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return preview.URL{}, runbox.Errorf(runbox.EGatewaySandboxTimeout,
+				return preview.URL{}, runbox.Errorf(runbox.ESandboxTimeout,
 					"the project's dev server did not listen on port %d within %s", p.Port, startTimeout)
 			}
 			return preview.URL{}, ctx.Err()
@@ -263,7 +271,7 @@ func (s *Service) Write(ctx context.Context, in WriteInput) (Written, error) {
 	}
 	if err := s.link.WriteFiles(ctx, executor, p.Conversation, linkFiles(files)); err != nil {
 		if errors.Is(err, link.ErrGone) {
-			return Written{}, runbox.Errorf(runbox.EGatewaySandboxNotFound, "the sandbox of %s has ended", id)
+			return Written{}, runbox.Errorf(runbox.ESandboxNotFound, "the sandbox of %s has ended", id)
 		}
 		return Written{}, err
 	}

@@ -42,29 +42,29 @@ func TestCheckPath(t *testing.T) {
 		{"index.html", "index.html", ""},
 		{"public/env.js", "public/env.js", ""},
 		{"a/b/c/d.css", "a/b/c/d.css", ""},
-		{"../secret", "", runbox.EGatewayPathTraversal},
-		{"src/../../x", "", runbox.EGatewayPathTraversal},
-		{"src/..", "", runbox.EGatewayPathTraversal},
-		{"/etc/passwd", "", runbox.EGatewayPathTraversal},
-		{"/root/.ssh/id_rsa", "", runbox.EGatewayPathTraversal},
-		{"/data/x", "", runbox.EGatewayPathTraversal},
-		{"~/x", "", runbox.EGatewayPathTraversal},
-		{"C:/x", "", runbox.EGatewayPathTraversal},
-		{`src\..\x`, "", runbox.EGatewayPathTraversal},
-		{"a\x00b", "", runbox.EGatewayPathTraversal},
-		{"a\nb", "", runbox.EGatewayPathTraversal},
-		{"", "", runbox.EGatewayPathTraversal},
-		{".", "", runbox.EGatewayPathTraversal},
-		{strings.Repeat("a", 1025), "", runbox.EGatewayPathTraversal},
-		{".env", "", runbox.EGatewayPermission},
-		{".env.local", "", runbox.EGatewayPermission},
-		{"config/.ENV", "", runbox.EGatewayPermission},
-		{".git/config", "", runbox.EGatewayPermission},
-		{".gitignore", "", runbox.EGatewayPermission},
-		{".github/workflows/ci.yml", "", runbox.EGatewayPermission},
-		{"node_modules/react/index.js", "", runbox.EGatewayPermission},
-		{"lib/node_modules_cache/x", "", runbox.EGatewayPermission},
-		{".codesandbox/tasks.json", "", runbox.EGatewayPermission},
+		{"../secret", "", runbox.EPathTraversal},
+		{"src/../../x", "", runbox.EPathTraversal},
+		{"src/..", "", runbox.EPathTraversal},
+		{"/etc/passwd", "", runbox.EPathTraversal},
+		{"/root/.ssh/id_rsa", "", runbox.EPathTraversal},
+		{"/data/x", "", runbox.EPathTraversal},
+		{"~/x", "", runbox.EPathTraversal},
+		{"C:/x", "", runbox.EPathTraversal},
+		{`src\..\x`, "", runbox.EPathTraversal},
+		{"a\x00b", "", runbox.EPathTraversal},
+		{"a\nb", "", runbox.EPathTraversal},
+		{"", "", runbox.EPathTraversal},
+		{".", "", runbox.EPathTraversal},
+		{strings.Repeat("a", 1025), "", runbox.EPathTraversal},
+		{".env", "", runbox.EPermissionDenied},
+		{".env.local", "", runbox.EPermissionDenied},
+		{"config/.ENV", "", runbox.EPermissionDenied},
+		{".git/config", "", runbox.EPermissionDenied},
+		{".gitignore", "", runbox.EPermissionDenied},
+		{".github/workflows/ci.yml", "", runbox.EPermissionDenied},
+		{"node_modules/react/index.js", "", runbox.EPermissionDenied},
+		{"lib/node_modules_cache/x", "", runbox.EPermissionDenied},
+		{".codesandbox/tasks.json", "", runbox.EPermissionDenied},
 	} {
 		clean, err := checkPath(tc.path)
 		if runbox.ErrorCode(err) != tc.code && !(tc.code == "" && err == nil) || clean != tc.clean {
@@ -89,12 +89,12 @@ func TestCheckFiles(t *testing.T) {
 	}{
 		{"initial: 20 of 1 MB", many(20, MaxInitialFileBytes), MaxInitialFiles, MaxInitialFileBytes, ""},
 		{"initial: 21 files", many(21, 1), MaxInitialFiles, MaxInitialFileBytes, runbox.EGatewayQuota},
-		{"initial: 1 MB and a byte", many(1, MaxInitialFileBytes+1), MaxInitialFiles, MaxInitialFileBytes, runbox.EGatewayFileSize},
+		{"initial: 1 MB and a byte", many(1, MaxInitialFileBytes+1), MaxInitialFiles, MaxInitialFileBytes, runbox.EFileSizeExceeded},
 		{"write: 10 of 500 KB", many(10, MaxWriteFileBytes), MaxWriteFiles, MaxWriteFileBytes, ""},
 		{"write: 11 files", many(11, 1), MaxWriteFiles, MaxWriteFileBytes, runbox.EGatewayQuota},
-		{"write: 500 KB and a byte", many(1, MaxWriteFileBytes+1), MaxWriteFiles, MaxWriteFileBytes, runbox.EGatewayFileSize},
+		{"write: 500 KB and a byte", many(1, MaxWriteFileBytes+1), MaxWriteFiles, MaxWriteFileBytes, runbox.EFileSizeExceeded},
 		{"the same file twice", map[string]string{"a.js": "1", "./a.js": "2"}, MaxWriteFiles, MaxWriteFileBytes, runbox.EInvalid},
-		{"a bad path", map[string]string{"ok.js": "1", "../x": "2"}, MaxWriteFiles, MaxWriteFileBytes, runbox.EGatewayPathTraversal},
+		{"a bad path", map[string]string{"ok.js": "1", "../x": "2"}, MaxWriteFiles, MaxWriteFileBytes, runbox.EPathTraversal},
 	} {
 		_, err := checkFiles(tc.files, tc.maxFiles, tc.bytes)
 		if got := runbox.ErrorCode(err); err != nil && got != tc.code || err == nil && tc.code != "" {
@@ -272,14 +272,14 @@ func TestTools(t *testing.T) {
 		{"name too long", "create_sandbox_for_project", map[string]any{"project_name": strings.Repeat("a", 51), "template": "react"}, runbox.EInvalid},
 		{"name with a dot", "create_sandbox_for_project", map[string]any{"project_name": "a.b", "template": "react"}, runbox.EInvalid},
 		{"traversal", "create_sandbox_for_project", map[string]any{"project_name": "a", "template": "react",
-			"initial_files": map[string]any{"../x": "1"}}, runbox.EGatewayPathTraversal},
+			"initial_files": map[string]any{"../x": "1"}}, runbox.EPathTraversal},
 		{".env", "create_sandbox_for_project", map[string]any{"project_name": "a", "template": "react",
-			"initial_files": map[string]any{".env": "KEY=1"}}, runbox.EGatewayPermission},
+			"initial_files": map[string]any{".env": "KEY=1"}}, runbox.EPermissionDenied},
 		{"initial file too large", "create_sandbox_for_project", map[string]any{"project_name": "a", "template": "react",
-			"initial_files": map[string]any{"a.js": strings.Repeat("x", MaxInitialFileBytes+1)}}, runbox.EGatewayFileSize},
+			"initial_files": map[string]any{"a.js": strings.Repeat("x", MaxInitialFileBytes+1)}}, runbox.EFileSizeExceeded},
 		{"template missing", "create_sandbox_for_project", map[string]any{"project_name": "a", "template": "next"}, runbox.ETemplateUnavailable},
-		{"write: not a uuid", "write_files_to_sandbox", map[string]any{"sandbox_id": "../x", "files": map[string]any{"a": "1"}}, runbox.EGatewaySandboxNotFound},
-		{"write: unknown", "write_files_to_sandbox", map[string]any{"sandbox_id": random, "files": map[string]any{"a": "1"}}, runbox.EGatewaySandboxNotFound},
+		{"write: not a uuid", "write_files_to_sandbox", map[string]any{"sandbox_id": "../x", "files": map[string]any{"a": "1"}}, runbox.ESandboxNotFound},
+		{"write: unknown", "write_files_to_sandbox", map[string]any{"sandbox_id": random, "files": map[string]any{"a": "1"}}, runbox.ESandboxNotFound},
 		{"write: too many", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": func() map[string]any {
 			m := map[string]any{}
 			for i := range 11 {
@@ -287,11 +287,11 @@ func TestTools(t *testing.T) {
 			}
 			return m
 		}()}, runbox.EGatewayQuota},
-		{"write: too large", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"a.js": strings.Repeat("x", MaxWriteFileBytes+1)}}, runbox.EGatewayFileSize},
-		{"write: node_modules", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"node_modules/x.js": "1"}}, runbox.EGatewayPermission},
-		{"write: absolute", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"/etc/passwd": "1"}}, runbox.EGatewayPathTraversal},
+		{"write: too large", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"a.js": strings.Repeat("x", MaxWriteFileBytes+1)}}, runbox.EFileSizeExceeded},
+		{"write: node_modules", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"node_modules/x.js": "1"}}, runbox.EPermissionDenied},
+		{"write: absolute", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{"/etc/passwd": "1"}}, runbox.EPathTraversal},
 		{"write: nothing", "write_files_to_sandbox", map[string]any{"sandbox_id": id, "files": map[string]any{}}, runbox.EInvalid},
-		{"output: unknown", "get_sandbox_output", map[string]any{"sandbox_id": random, "output_type": "console_log"}, runbox.EGatewaySandboxNotFound},
+		{"output: unknown", "get_sandbox_output", map[string]any{"sandbox_id": random, "output_type": "console_log"}, runbox.ESandboxNotFound},
 		{"output: bad type", "get_sandbox_output", map[string]any{"sandbox_id": id, "output_type": "stdout"}, runbox.EInvalid},
 	} {
 		got, isErr := f.call(t, tc.tool, tc.args)
@@ -313,10 +313,10 @@ func TestOtherClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := auth.WithClient(ctx, clients.Client{Name: "other"})
-	if _, err := f.svc.Write(other, WriteInput{SandboxID: created.SandboxID, Files: map[string]string{"a.js": "1"}}); runbox.ErrorCode(err) != runbox.EGatewaySandboxNotFound {
+	if _, err := f.svc.Write(other, WriteInput{SandboxID: created.SandboxID, Files: map[string]string{"a.js": "1"}}); runbox.ErrorCode(err) != runbox.ESandboxNotFound {
 		t.Errorf("another client wrote: %v", err)
 	}
-	if _, err := f.svc.Output(other, OutputInput{SandboxID: created.SandboxID, OutputType: ConsoleLog}); runbox.ErrorCode(err) != runbox.EGatewaySandboxNotFound {
+	if _, err := f.svc.Output(other, OutputInput{SandboxID: created.SandboxID, OutputType: ConsoleLog}); runbox.ErrorCode(err) != runbox.ESandboxNotFound {
 		t.Errorf("another client read: %v", err)
 	}
 }

@@ -3,62 +3,22 @@ package projects
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/mcp"
 )
 
-// ToolError is the body of a project tool's error: the gateway's code
-// (PATH_TRAVERSAL, FILE_SIZE_EXCEEDED, QUOTA_EXCEEDED, SANDBOX_NOT_FOUND,
-// RATE_LIMIT_EXCEEDED, …, or template_unavailable with what is).
-type ToolError struct {
-	Error             string   `json:"error"`
-	Message           string   `json:"message"`
-	Available         []string `json:"available,omitempty"`
-	RetryAfterSeconds int      `json:"retry_after_seconds,omitempty"`
-}
-
-// gatewayCodes are runbox's codes as the gateway names them.
+// gatewayCodes are runbox's codes as the gateway names them, in the
+// project tools' errors (the middleware's included).
 var gatewayCodes = map[string]string{
-	runbox.ERateLimited:   runbox.EGatewayRateLimit,
+	runbox.ERateLimited:   runbox.ERateLimitExceeded,
 	runbox.EQuotaExceeded: runbox.EGatewayQuota,
-	runbox.ETooLarge:      runbox.EGatewayFileSize,
-	runbox.EInvalidPath:   runbox.EGatewayPathTraversal,
-	runbox.ENotFound:      runbox.EGatewaySandboxNotFound,
-}
-
-// toolError answers err in the gateway's terms.
-func toolError(ctx context.Context, s *mcp.Server, err error) (*mcpsdk.CallToolResult, any, error) {
-	if u, ok := errors.AsType[*UnavailableError](err); ok {
-		return mcp.ErrorResult(ToolError{Error: runbox.ETemplateUnavailable, Message: u.Error(), Available: u.Available}), nil, nil
-	}
-	if e, ok := errors.AsType[*runbox.Error](err); ok {
-		if code, ok := gatewayCodes[e.Code]; ok {
-			return mcp.ErrorResult(ToolError{Error: code, Message: e.Message, RetryAfterSeconds: runbox.RetryAfterSeconds(err)}), nil, nil
-		}
-	}
-	return s.ToolError(ctx, err)
-}
-
-// outputOf is a tool's result schema, or its error's.
-func outputOf[T any]() *jsonschema.Schema {
-	return &jsonschema.Schema{AnyOf: []*jsonschema.Schema{mcp.SchemaOf[T](), mcp.SchemaOf[ToolError]()}}
-}
-
-// handler adapts a service method to a tool.
-func handler[In, Out any](s *mcp.Server, f func(context.Context, In) (Out, error)) mcpsdk.ToolHandlerFor[In, any] {
-	return func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
-		out, err := f(ctx, in)
-		if err != nil {
-			return toolError(ctx, s, err)
-		}
-		return nil, out, nil
-	}
+	runbox.ETooLarge:      runbox.EFileSizeExceeded,
+	runbox.EInvalidPath:   runbox.EPathTraversal,
+	runbox.ENotFound:      runbox.ESandboxNotFound,
 }
 
 // Register adds the gateway's project tools and its health resource to
@@ -70,16 +30,16 @@ func Register(s *mcp.Server, svc *Service, checks map[string]func(context.Contex
 		Name: "create_sandbox_for_project",
 		Description: "Create a project sandbox from a template (react, next, vue or node, as installed) with initial files; " +
 			"its dev server starts and the result's preview_url shows the app in a browser. The project lives for an hour.",
-	}, mcp.ToolInfo{Out: outputOf[Created]()}, handler(s, svc.Create))
+	}, mcp.ToolSpec{Out: mcp.SchemaOf[Created](), Codes: gatewayCodes}, svc.Create)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name:        "write_files_to_sandbox",
 		Description: "Write files into a project sandbox (at most 10, 500 KB each); its dev server rebuilds and the preview reloads.",
-	}, mcp.ToolInfo{Out: outputOf[Written](), Destructive: true}, handler(s, svc.Write))
+	}, mcp.ToolSpec{Out: mcp.SchemaOf[Written](), Destructive: true, Codes: gatewayCodes}, svc.Write)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: "get_sandbox_output",
 		Description: "Read a project sandbox's console_log (its dev server's log), build_output (the bundler's messages, " +
 			"build errors) or preview_url: at most the last 50 KB, with secrets redacted.",
-	}, mcp.ToolInfo{Out: outputOf[Output](), ReadOnly: true, Idempotent: true}, handler(s, svc.Output))
+	}, mcp.ToolSpec{Out: mcp.SchemaOf[Output](), ReadOnly: true, Idempotent: true, Codes: gatewayCodes}, svc.Output)
 
 	started := time.Now()
 	s.SDK().AddResource(&mcpsdk.Resource{

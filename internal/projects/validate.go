@@ -50,7 +50,7 @@ func notFound(id string) error {
 	if len(id) > 64 {
 		id = id[:64] + "…"
 	}
-	return runbox.Errorf(runbox.EGatewaySandboxNotFound, "no sandbox %q: it was never made, belongs to another client, or has expired", id)
+	return runbox.Errorf(runbox.ESandboxNotFound, "no sandbox %q: it was never made, belongs to another client, or has expired", id)
 }
 
 // Names no path may hold as one of its parts (by prefix, in any case):
@@ -62,7 +62,7 @@ var forbidden = []string{".env", ".git", "node_modules", ".codesandbox"}
 // "a").
 func checkPath(p string) (string, error) {
 	bad := func(why string) (string, error) {
-		return "", runbox.Errorf(runbox.EGatewayPathTraversal, "path %q %s", shorten(p), why)
+		return "", runbox.Errorf(runbox.EPathTraversal, "path %q %s", shorten(p), why)
 	}
 	switch {
 	case p == "" || len(p) > maxPathBytes:
@@ -85,7 +85,7 @@ func checkPath(p string) (string, error) {
 		lower := strings.ToLower(part)
 		for _, f := range forbidden {
 			if strings.HasPrefix(lower, f) {
-				return "", runbox.Errorf(runbox.EGatewayPermission, "path %q: %s* files may not be written", shorten(p), f)
+				return "", runbox.Errorf(runbox.EPermissionDenied, "path %q: %s* files may not be written", shorten(p), f)
 			}
 		}
 	}
@@ -119,7 +119,7 @@ func checkFiles(files map[string]string, maxFiles, maxBytes int) ([]File, error)
 			return nil, err
 		}
 		if len(content) > maxBytes {
-			return nil, runbox.Errorf(runbox.EGatewayFileSize, "%s has %d bytes; at most %d per file", shorten(p), len(content), maxBytes)
+			return nil, runbox.Errorf(runbox.EFileSizeExceeded, "%s has %d bytes; at most %d per file", shorten(p), len(content), maxBytes)
 		}
 		if seen[clean] {
 			return nil, runbox.Errorf(runbox.EInvalid, "%s is given twice", shorten(clean))

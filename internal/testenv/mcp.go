@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -33,4 +34,19 @@ func Session(t testing.TB, endpoint, token string, opts *mcp.ClientOptions) *mcp
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// Ready asks an api's /readyz and returns its status and its checks.
+func Ready(t testing.TB, baseURL string) (int, map[string]string) {
+	t.Helper()
+	resp, err := http.Get(baseURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	checks := map[string]string{}
+	if err := json.NewDecoder(resp.Body).Decode(&checks); err != nil {
+		t.Fatalf("readyz: %v", err)
+	}
+	return resp.StatusCode, checks
 }

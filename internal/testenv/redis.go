@@ -104,3 +104,14 @@ func RepoRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// WriteFile writes body to a new file name in a temporary folder of the
+// test and returns its path.
+func WriteFile(t testing.TB, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,64 @@
+package mcp
+
+import (
+	"context"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A tool family of its own (the git tools of internal/gitexport) lives in
+// its package and adds its tools here, so that they are served, audited
+// and counted against the caller's tier like every other tool.
+
+// ToolSpec is what a tool of a family declares beyond its input.
+type ToolSpec struct {
+	// Out is the schema of its answer (SchemaOf); a tool error is
+	// admitted besides.
+	Out                               *jsonschema.Schema
+	ReadOnly, Destructive, Idempotent bool
+	// OpenWorld says the tool reaches outside the service.
+	OpenWorld bool
+	// Codes renames runbox's error codes in this tool's errors, those of
+	// the middleware included (rate_limited …), for clients written to
+	// another specification. A code it does not name is kept.
+	Codes map[string]string
+}
+
+// SchemaOf is the JSON schema of T, for ToolSpec.Out.
+func SchemaOf[T any]() *jsonschema.Schema { return schemaOf[T]() }
+
+// AddTool adds a family's tool to s. h is the tool: the arguments in, its
+// answer or an error out; an *runbox.Error becomes a tool error with its
+// code (renamed by spec.Codes) and message, anything else "internal" and
+// is logged.
+func AddTool[In, Out any](s *Server, t *mcpsdk.Tool, spec ToolSpec, h func(context.Context, In) (Out, error)) {
+	if _, dup := s.codes[t.Name]; dup || tools[t.Name].out != nil {
+		panic("mcp: tool " + t.Name + " is added twice")
+	}
+	s.codes[t.Name] = spec.Codes
+	info := toolInfo{out: spec.Out, readOnly: spec.ReadOnly, destructive: spec.Destructive,
+		idempotent: spec.Idempotent, openWorld: spec.OpenWorld}
+	name := t.Name
+	mcpsdk.AddTool(s.sdk, describeWith(t, info), func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return s.toolErrorOf(ctx, name, err)
+		}
+		return nil, out, nil
+	})
+}
+
+// toolErrorOf is toolError in the dialect of the tool name.
+func (s *Server) toolErrorOf(ctx context.Context, name string, err error) (*mcpsdk.CallToolResult, any, error) {
+	res, out, err := s.toolError(ctx, err)
+	if codes := s.codes[name]; res != nil && codes != nil {
+		if body, ok := res.StructuredContent.(ToolError); ok {
+			if renamed, ok := codes[body.Error]; ok {
+				body.Error = renamed
+				res = errorResult(body)
+			}
+		}
+	}
+	return res, out, err
+}
