@@ -62,7 +62,16 @@ func (s *Server) createRun(c echo.Context) error {
 		return err
 	}
 	c.Set(auditRunID, run.ID)
-	if wait, _ := strconv.ParseBool(c.QueryParam("wait")); wait {
+	wait, _ := strconv.ParseBool(c.QueryParam("wait"))
+	if wait && req.Background {
+		// A server runs on: the answer comes once it has started.
+		run, err := s.opts.Runs.WaitDetached(ctx, run.ID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, run)
+	}
+	if wait {
 		res, err := s.opts.Runs.Wait(ctx, run.ID, 0, nil)
 		if err != nil {
 			return err
