@@ -253,10 +253,10 @@ func TestPreviewTwoExecutors(t *testing.T) {
 }
 
 // TestBackgroundIdle: a background program ends once idle (no output, no
-// preview traffic) for SANDBOX_SERVER_TTL; a server that is browsed or
-// prints lives on, and nothing of it outlives its run.
+// preview traffic) for SANDBOX_SERVER_TTL; a server that is browsed lives
+// on. The executor is embedded: the api reaches it in its own process.
 func TestBackgroundIdle(t *testing.T) {
-	s := start(t, options{env: []string{"SANDBOX_SERVER_TTL=6s"}})
+	s := start(t, options{embedded: true, env: []string{"SANDBOX_SERVER_TTL=6s"}})
 	cs := s.session(nil)
 	quiet := background(t, cs, "python", "quiet", "import time\ntime.sleep(3600)\n")
 	background(t, cs, "python", "browsed", pythonServer)
