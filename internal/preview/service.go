@@ -153,7 +153,7 @@ type Target struct {
 // Resolve returns what a capability reaches, or ErrInvalid.
 func (s *Service) Resolve(ctx context.Context, label string) (Target, error) {
 	now := s.now()
-	c, err := Parse(label, now)
+	c, err := s.signer.Parse(label, now)
 	if err != nil {
 		return Target{}, err
 	}
