@@ -180,7 +180,8 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		ready["git"] = git.Ready
 	}
 	pv, err := startPreviews(ctx, cfg, previewDeps{store: st, secret: secret, executor: ex, mcp: mcpServer, runs: svc,
-		convs: convs, ready: ready, elector: elector, clock: clock, secrets: []string{string(secret), generated}, log: log})
+		convs: convs, ready: ready, elector: elector, clock: clock, secrets: []string{string(secret), generated},
+		unserved: opts.Stdio && rds.Embedded(), log: log})
 	if err != nil {
 		shutdownEmbedded(cfg, ex)
 		return err

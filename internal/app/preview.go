@@ -46,7 +46,9 @@ type previewDeps struct {
 	// secrets are those the projects' output never shows besides
 	// config.Secrets: the shared secret, a generated token.
 	secrets []string
-	log     *slog.Logger
+	// unserved: no process serves preview hosts (stdio, embedded Redis).
+	unserved bool
+	log      *slog.Logger
 }
 
 // startPreviews builds the previews, registers their tools, and starts
@@ -67,7 +69,7 @@ func startPreviews(ctx context.Context, cfg *config.Config, d previewDeps) (*pre
 	}
 	p := &previews{}
 	p.service = preview.NewService(preview.Options{Key: preview.Key(d.secret), Domain: domain, TTL: cfg.PreviewURLTTL,
-		Store: d.store, Link: lk, Logger: d.log})
+		Store: d.store, Link: lk, Logger: d.log, Unserved: d.unserved})
 	p.router = preview.NewRouter(p.service, lk, preview.Limits{MaxRequest: cfg.PreviewMaxRequest,
 		MaxResponse: cfg.PreviewMaxResponse, Rate: cfg.PreviewRate, WriteStall: api.WriteStall}, d.clock, d.log)
 	preview.Register(d.mcp, p.service)

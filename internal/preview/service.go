@@ -40,6 +40,8 @@ type Service struct {
 	link   link.Link
 	log    *slog.Logger
 	now    func() time.Time
+	// unserved: no process serves preview hosts.
+	unserved bool
 
 	mu    sync.Mutex
 	cache map[string]Target // by record id; records never change
@@ -55,6 +57,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
+	// Unserved says that no process of the deployment serves preview
+	// hosts (api --stdio with its own Redis): URLs are not issued.
+	Unserved bool
 }
 
 // NewService returns a Service.
@@ -66,7 +71,7 @@ func NewService(o Options) *Service {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{signer: NewSigner(o.Key), domain: o.Domain, ttl: o.TTL, store: o.Store, link: o.Link,
-		log: o.Logger, now: o.Now, cache: map[string]Target{}}
+		log: o.Logger, now: o.Now, unserved: o.Unserved, cache: map[string]Target{}}
 }
 
 // Domain returns where previews are served.
@@ -81,6 +86,9 @@ type URL struct {
 // Issue returns a preview URL for port of the conversation key, which must
 // be the caller's: not_listening when no process of it listens there.
 func (s *Service) Issue(ctx context.Context, key string, port int) (URL, error) {
+	if s.unserved {
+		return URL{}, runbox.Errorf(runbox.EUnavailable, "previews are served by the HTTP api; this stdio server has its own Redis and serves none")
+	}
 	if port < 1 || port > 65535 {
 		return URL{}, runbox.Errorf(runbox.EInvalid, "port must be between 1 and 65535")
 	}
