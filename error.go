@@ -25,10 +25,15 @@ const (
 	ESessionNotFound  = "session_not_found" // the Python sandbox PRD's not_found for a conversation
 	EEgressDenied     = "egress_denied"     // a run asked to reach a domain its client may not
 	EInternal         = "internal"
+	// ENotListening: no process of the conversation listens on the port a
+	// preview was asked for.
+	ENotListening = "not_listening"
+	// ETemplateUnavailable: a project template this installation lacks.
+	ETemplateUnavailable = "template_unavailable"
 )
 
-// The security gateway's codes, which its tools (the git tools) answer
-// with, as its clients expect them.
+// The security gateway's codes, which its tools (the git and project
+// tools) answer with, as its clients expect them.
 const (
 	EInvalidRepo       = "INVALID_REPO"
 	EInvalidBranch     = "INVALID_BRANCH"
@@ -38,6 +43,9 @@ const (
 	EPermissionDenied  = "PERMISSION_DENIED"
 	ERateLimitExceeded = "RATE_LIMIT_EXCEEDED"
 	EGatewayQuota      = "QUOTA_EXCEEDED"
+	// The project tools' own.
+	ESandboxNotFound = "SANDBOX_NOT_FOUND"
+	ESandboxTimeout  = "SANDBOX_TIMEOUT"
 )
 
 // Error is an error a client may see: a code and one sentence that names no

@@ -39,6 +39,12 @@ type Spec struct {
 	// allowlist when the run was admitted (the index and the hosts it
 	// points to).
 	PackageDomains []string `json:"package_domains,omitempty"`
+	// Background keeps the program running after the call that started
+	// it returns: a server, which a preview URL may reach. It leaves its
+	// conversation's order and its executor's slot once started, and
+	// ends when cancelled, closed, idle past SANDBOX_SERVER_TTL, or out of
+	// time (its timeout: what the client's tier has left).
+	Background bool `json:"background,omitempty"`
 }
 
 // Network is what a run may reach outside its sandbox.
@@ -94,7 +100,10 @@ type Result struct {
 	// StateLost says that a kept-state run did not find the state earlier
 	// runs left: its interpreter was lost (with this run, or since the
 	// last one: idle, evicted, closed, or its executor restarted).
-	StateLost      bool       `json:"state_lost,omitempty"`
+	StateLost bool `json:"state_lost,omitempty"`
+	// Running says that a background program still runs: the result is
+	// what it printed until it started (exit_code -1 until it ends).
+	Running        bool       `json:"running,omitempty"`
 	DurationMS     int64      `json:"duration_ms"`
 	RunID          string     `json:"run_id"`
 	ConversationID string     `json:"conversationId"`
@@ -175,6 +184,19 @@ type Event struct {
 	Egress     *Egress   `json:"egress,omitempty"`
 	Result     *Result   `json:"result,omitempty"`
 }
+
+// Template is a project template: a runner image labelled
+// sandbox.template=<name>, whose dev server listens on Port.
+type Template struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	Port  int    `json:"port"`
+}
+
+// TemplateLanguage is the Spec.Language of a run in a template's image
+// (a project's dev server): no language is named so, and no client may
+// ask for it.
+func TemplateLanguage(template string) string { return "@" + template }
 
 // Runner is a language the service can run, and the image that runs it.
 type Runner struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/runbox-dev/runbox/internal/bench"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
@@ -52,6 +53,27 @@ func TestCompose(t *testing.T) {
 		t.Errorf("download = %q", body)
 	}
 	first := res.RunID
+
+	// A server previewed: the api reaches its sandbox through the link of
+	// the executor that holds it.
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
+		"language": "python", "conversationId": "web", "background": true, "code": bench.PythonPageServer(1 << 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	var preview struct {
+		URL string `json:"url"`
+	}
+	waitFor(t, 60*time.Second, "a preview URL", func() bool {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "get_preview_url", Arguments: map[string]any{"conversationId": "web", "port": 8000}})
+		if err != nil || r.IsError {
+			return false
+		}
+		b, _ := json.Marshal(r.StructuredContent)
+		return json.Unmarshal(b, &preview) == nil && preview.URL != ""
+	})
+	if code, body := previewGet(t, strings.TrimPrefix(s.url, "http://"), preview.URL); code != http.StatusOK || !strings.Contains(body, "python preview") {
+		t.Errorf("preview %s: %d %q", preview.URL, code, body)
+	}
 
 	// One executor killed: the others still run code, and the dead one's
 	// sandboxes go within 60 s of its heartbeat's end (10 s after the kill).
@@ -278,4 +300,17 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// previewGet GETs a preview URL through the api's published port (a
+// browser resolves <capability>.localhost to the loopback).
+func previewGet(t *testing.T, api, url string) (int, string) {
+	t.Helper()
+	resp, err := bench.Via(api).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -71,6 +71,10 @@ func TestToolSchemas(t *testing.T) {
 		"list_runners": nil, "list_files": {"conversationId": "schemas"}, "read_file": {"conversationId": "schemas", "path": "/mnt/data/a.csv"},
 		"list_runs": nil, "get_run": {"run_id": "run_000000000000000000000000"}, "close_session": {"conversationId": "nope"},
 		"start_run": {"language": "bash", "code": "true"}, "upload_file": {"conversationId": "schemas", "filename": "b.txt", "content_base64": "eA=="},
+		"get_preview_url":            {"conversationId": "schemas", "port": 9999},
+		"create_sandbox_for_project": {"project_name": "x", "template": "next"},
+		"write_files_to_sandbox":     {"sandbox_id": "3b241101-e2bb-4255-8caf-4136c566a962", "files": map[string]any{"a.js": "1"}},
+		"get_sandbox_output":         {"sandbox_id": "3b241101-e2bb-4255-8caf-4136c566a962", "output_type": "console_log"},
 	} {
 		validate(name, call(t, cs, name, args, nil))
 	}

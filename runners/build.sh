@@ -32,7 +32,10 @@ mkdir -p build
 langs=${*:-$(for d in */Dockerfile; do dirname "$d"; done)}
 for lang in $langs; do
   image=runner-$lang:${RUNNER_TAG:-latest}
-  hash=$(find "$lang" -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat build/runbox-agent | sha256sum | cut -c1-16)
+  # Project templates (template-*) share template-lib.
+  deps=$lang
+  case $lang in template-*) deps="$lang template-lib" ;; esac
+  hash=$(find $deps -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat build/runbox-agent | sha256sum | cut -c1-16)
   build_image "$image" "$hash" "$lang/Dockerfile"
 done
 # Earlier builds of the runners, now untagged.

@@ -43,7 +43,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
@@ -270,6 +270,12 @@ func run(binDir, outFile string, n int) error {
 		met:      idle < 0.03,
 	})
 
+	pv, err := previewRows(ctx, svc, cs, n)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, pv...)
+
 	svc.stop()
 	dial, err := dialPortRow(ctx, 4*n)
 	if err != nil {
@@ -310,6 +316,12 @@ func runOnly(binDir, only, outFile string, n int) error {
 			rows = append(rows, r)
 		case "egress":
 			r, err := egressRows(ctx, binDir, n, nil)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
+		case "previews":
+			r, err := onlyPreviews(ctx, binDir, n)
 			if err != nil {
 				return err
 			}

@@ -55,7 +55,7 @@ func run() error {
 		return err
 	}
 	defer elector.Stop()
-	ex, err := app.StartExecutor(ctx, cfg, rds.Client, elector, registry, log)
+	ex, err := app.StartExecutor(ctx, cfg, rds.Client, elector, registry, log, true)
 	if err != nil {
 		return err
 	}

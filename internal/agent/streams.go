@@ -123,7 +123,7 @@ func (s *streamServer) handle(st *yamux.Stream) {
 			return
 		}
 		_ = st.SetDeadline(time.Time{})
-		splice(c, st)
+		splice(newQuickAck(c), st)
 	case streamListening:
 		a := byte(answerNo)
 		if port != s.proxyPort {

@@ -29,6 +29,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/preview"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 )
@@ -69,6 +70,10 @@ type Options struct {
 	Audit    *audit.Recorder
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
+	// Previews issues preview URLs; PreviewRouter serves every request
+	// whose Host is a preview host, and nothing else does.
+	Previews      *preview.Service
+	PreviewRouter *preview.Router
 }
 
 // Server handles the service's HTTP requests.
@@ -124,6 +129,7 @@ func New(opts Options) *Server {
 	v1.PUT("/conversations/:cid/files/:name", s.uploadFile)
 	v1.GET("/conversations/:cid/files/*", s.getFile)
 	v1.DELETE("/conversations/:cid", s.closeConversation)
+	v1.POST("/conversations/:cid/previews", s.createPreview)
 
 	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: queue.SharedConn{Client: opts.Redis}, ReadOnly: true})
 	// The dashboard shows every client's queue: it is the operators', whose
@@ -140,8 +146,19 @@ func New(opts Options) *Server {
 	return s
 }
 
-// ServeHTTP serves a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP serves a request. One whose Host names a preview goes to the
+// preview router and nowhere else: preview pages are hostile HTML on
+// origins of their own, and never reach the api, MCP, the playground,
+// downloads or the dashboard; the api's host never serves a preview.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Previews != nil {
+		if label, ok := s.opts.Previews.Domain().Match(r.Host); ok {
+			s.opts.PreviewRouter.Serve(w, r, label)
+			return
+		}
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 // Close ends open event streams (SSE), so that http.Server.Shutdown need
 // not wait for them. The dashboard and the queue metrics hold no
@@ -352,6 +369,7 @@ var status = map[string]int{
 	runbox.EBusy:             http.StatusTooManyRequests,
 	runbox.ERateLimited:      http.StatusTooManyRequests,
 	runbox.EUnavailable:      http.StatusServiceUnavailable,
+	runbox.ENotListening:     http.StatusConflict,
 	runbox.EUnauthorized:     http.StatusUnauthorized,
 	runbox.EEgressDenied:     http.StatusForbidden,
 	runbox.EForbidden:        http.StatusForbidden,

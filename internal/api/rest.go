@@ -62,7 +62,16 @@ func (s *Server) createRun(c echo.Context) error {
 		return err
 	}
 	c.Set(auditRunID, run.ID)
-	if wait, _ := strconv.ParseBool(c.QueryParam("wait")); wait {
+	wait, _ := strconv.ParseBool(c.QueryParam("wait"))
+	if wait && req.Background {
+		// A server runs on: the answer comes once it has started.
+		run, err := s.opts.Runs.WaitDetached(ctx, run.ID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, run)
+	}
+	if wait {
 		res, err := s.opts.Runs.Wait(ctx, run.ID, 0, nil)
 		if err != nil {
 			return err
@@ -264,4 +273,26 @@ func (s *Server) closeConversation(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "closed"})
+}
+
+// previewBody is the body of POST /v1/conversations/{cid}/previews.
+type previewBody struct {
+	Port int `json:"port"`
+}
+
+// createPreview issues a preview URL for a port a program of the
+// conversation listens on (as get_preview_url).
+func (s *Server) createPreview(c echo.Context) error {
+	if s.opts.Previews == nil {
+		return runbox.Errorf(runbox.EUnavailable, "previews are not served here")
+	}
+	var b previewBody
+	if err := decodeJSON(c, 1<<10, &b); err != nil {
+		return err
+	}
+	u, err := s.opts.Previews.IssueFor(c.Request().Context(), c.Param("cid"), b.Port)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, u)
 }

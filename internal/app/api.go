@@ -78,10 +78,11 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	defer hub.Close()
 	qc := queue.NewClient(rds.Client)
 	sched := queue.NewScheduler(st, qc, log)
-	signer, err := Signer(ctx, cfg, st)
+	secret, err := Secret(ctx, cfg, st)
 	if err != nil {
 		return err
 	}
+	signer := Signer(cfg, secret)
 	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
 	// The api reads and writes conversations' files through the store: the
 	// host folder the executors share, or a remote store.
@@ -116,7 +117,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var ex *Executor
 	if rds.Embedded() {
-		ex, err = StartExecutor(ctx, cfg, rds.Client, elector, registry, log)
+		ex, err = StartExecutor(ctx, cfg, rds.Client, elector, registry, log, false)
 		if err != nil {
 			return err
 		}
@@ -180,18 +181,20 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		gitexport.Register(mcpServer, git)
 		ready["git"] = git.Ready
 	}
+	pv, err := startPreviews(ctx, cfg, previewDeps{store: st, secret: secret, executor: ex, mcp: mcpServer, runs: svc,
+		convs: convs, ready: ready, elector: elector, clock: clock, secrets: []string{string(secret), generated},
+		unserved: opts.Stdio && rds.Embedded(), log: log})
+	if err != nil {
+		shutdownEmbedded(cfg, ex)
+		return err
+	}
+	defer pv.background.Stop()
 	if err := janitor.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	defer janitor.Stop()
 
-	shutdownExecutor := func() {
-		if ex != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+30*time.Second)
-			defer cancel()
-			ex.Shutdown(sctx)
-		}
-	}
+	shutdownExecutor := func() { shutdownEmbedded(cfg, ex) }
 
 	if opts.Stdio {
 		log.Info("serving MCP on stdio", "embedded", rds.Embedded())
@@ -204,22 +207,24 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 
 	handler := api.New(api.Options{
-		Tokens:       auth.NewTokens(cs),
-		Runs:         svc,
-		Convs:        convs,
-		MCP:          mcpServer,
-		Files:        fileStore,
-		Signer:       signer,
-		Redis:        rds.Client,
-		Ready:        ready,
-		MaxBody:      cfg.MaxMCPBody(),
-		MaxUpload:    cfg.MaxUpload,
-		BodyBudget:   cfg.BodyBudget,
-		MetricsToken: cfg.MetricsToken,
-		Origins:      append([]string{cfg.Origin()}, cfg.AllowedOrigins...),
-		Audit:        recorder,
-		Registry:     registry,
-		Logger:       log,
+		Tokens:        auth.NewTokens(cs),
+		Runs:          svc,
+		Convs:         convs,
+		MCP:           mcpServer,
+		Files:         fileStore,
+		Signer:        signer,
+		Redis:         rds.Client,
+		Ready:         ready,
+		MaxBody:       cfg.MaxMCPBody(),
+		MaxUpload:     cfg.MaxUpload,
+		BodyBudget:    cfg.BodyBudget,
+		MetricsToken:  cfg.MetricsToken,
+		Origins:       append([]string{cfg.Origin()}, cfg.AllowedOrigins...),
+		Audit:         recorder,
+		Registry:      registry,
+		Logger:        log,
+		Previews:      pv.service,
+		PreviewRouter: pv.router,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: api.ReadHeaderTimeout, ReadTimeout: api.ReadTimeout,
 		IdleTimeout: api.IdleTimeout}
@@ -255,6 +260,16 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// shutdownEmbedded shuts an embedded executor down, if there is one.
+func shutdownEmbedded(cfg *config.Config, ex *Executor) {
+	if ex == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+30*time.Second)
+	defer cancel()
+	ex.Shutdown(sctx)
 }
 
 // printBanner tells a new user where the service is and, when the token

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/leader"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/link"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
@@ -148,24 +150,26 @@ func Folders(cfg *config.Config) (*files.Folders, error) {
 	})
 }
 
-// Signer returns the signer of download links: FILE_SECRET, or else a
-// secret every process of the deployment shares and that survives a
-// restart — beside the conversations in SANDBOX_ROOT, or in Redis with a
-// remote file store (processes then share no folder).
-func Signer(ctx context.Context, cfg *config.Config, st *store.Store) (*files.Signer, error) {
-	secret := cfg.FileSecret
-	var err error
+// Secret returns the secret every process of the deployment shares:
+// FILE_SECRET, or else one made once that survives a restart — beside the
+// conversations in SANDBOX_ROOT, or in Redis with a remote file store
+// (processes then share no folder). Download links are signed with it;
+// the keys of preview capabilities and of the api's link to executors are
+// derived from it.
+func Secret(ctx context.Context, cfg *config.Config, st *store.Store) ([]byte, error) {
 	switch {
-	case len(secret) > 0:
+	case len(cfg.FileSecret) > 0:
+		return cfg.FileSecret, nil
 	case cfg.FileStore != nil:
-		secret, err = st.FileSecret(ctx, func() []byte { return []byte(rand.Text() + rand.Text()) })
+		return st.FileSecret(ctx, func() []byte { return []byte(rand.Text() + rand.Text()) })
 	default:
-		secret, err = files.LoadOrCreateSecret(filepath.Join(cfg.SandboxRoot, ".file-secret"))
+		return files.LoadOrCreateSecret(filepath.Join(cfg.SandboxRoot, ".file-secret"))
 	}
-	if err != nil {
-		return nil, err
-	}
-	return files.NewSigner(secret, cfg.PublicBaseURL, cfg.FileURLTTL), nil
+}
+
+// Signer returns the signer of download links, with the shared secret.
+func Signer(cfg *config.Config, secret []byte) *files.Signer {
+	return files.NewSigner(secret, cfg.PublicBaseURL, cfg.FileURLTTL)
 }
 
 // OpenS3 connects to the remote file store FILE_STORE names.
@@ -180,20 +184,24 @@ type Executor struct {
 	*executor.Executor
 	Sandboxes *sandbox.Manager
 	docker    *client.Client
-	janitor   lifecycle.Group // of the working copies, with a remote file store
+	// background are the janitor of the working copies (with a remote
+	// file store) and the link server (standalone).
+	background lifecycle.Group
 }
 
 // Close releases the executor's connections. Shut it down first.
 func (e *Executor) Close() {
-	e.janitor.Stop()
+	e.background.Stop()
 	_ = e.docker.Close()
 }
 
 // StartExecutor connects to Docker and starts an executor on rdb, the
 // process's one Redis client (the store's, asynq's and the queue's). The
-// deployment's maintenance runs while elector, the process's, leads.
+// deployment's maintenance runs while elector, the process's, leads. A
+// standalone executor serves the api's link to its sandboxes; an embedded
+// one is called in its process.
 func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, elector *leader.Elector,
-	metrics prometheus.Registerer, log *slog.Logger) (*Executor, error) {
+	metrics prometheus.Registerer, log *slog.Logger, standalone bool) (*Executor, error) {
 	st := store.New(rdb)
 	docker, err := OpenDocker(ctx)
 	if err != nil {
@@ -204,11 +212,12 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		docker.Close()
 		return nil, err
 	}
-	signer, err := Signer(ctx, cfg, st)
+	secret, err := Secret(ctx, cfg, st)
 	if err != nil {
 		docker.Close()
 		return nil, err
 	}
+	signer := Signer(cfg, secret)
 	var copies *workcopy.Copies
 	if cfg.FileStore != nil {
 		s3, err := OpenS3(ctx, cfg)
@@ -258,6 +267,16 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
 		Inbound:  func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },
 	})
+	var (
+		linkListener net.Listener
+		linkAddr     string
+	)
+	if standalone {
+		if linkListener, linkAddr, err = link.Listen(cfg.LinkAddr, cfg.LinkAdvertise); err != nil {
+			docker.Close()
+			return nil, fmt.Errorf("config: EXECUTOR_LINK_ADDR: %w", err)
+		}
+	}
 	qc := queue.NewClient(rdb)
 	ex := executor.New(executor.Config{
 		ID:            cfg.ExecutorID,
@@ -273,23 +292,32 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		MaxDetached:   cfg.MaxDetached,
 		Egress: &executor.Egress{Proxy: proxy, PipIndexURL: cfg.PipIndexURL, NPMRegistry: cfg.NPMRegistry,
 			Audit: audit.NewRecorder(st, clockwork.NewRealClock(), log)},
+		ServerIdle: cfg.ServerTTL,
+		LinkAddr:   linkAddr,
 	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
 	if err := ex.Start(ctx); err != nil {
+		if linkListener != nil {
+			linkListener.Close()
+		}
 		docker.Close()
 		return nil, err
 	}
-	var janitor lifecycle.Group
+	var background lifecycle.Group
 	if copies != nil {
 		// A working copy whose conversation went idle is removed here (the
 		// store keeps the files); its next run here fetches it again. Every
 		// executor sweeps its own.
-		janitor = append(janitor, conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
+		background = append(background, conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
 			lifecycle.Periodic(clockwork.NewRealClock()), log))
 	}
-	if err := janitor.Start(context.WithoutCancel(ctx)); err != nil {
+	if linkListener != nil {
+		background = append(background, link.NewServer(link.ServerOptions{Listener: linkListener, Key: link.Key(secret),
+			Backend: ex, Logger: log.With("component", "link")}))
+	}
+	if err := background.Start(context.WithoutCancel(ctx)); err != nil {
 		ex.Shutdown(ctx)
 		docker.Close()
 		return nil, err
 	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, janitor: janitor}, nil
+	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, background: background}, nil
 }

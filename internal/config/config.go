@@ -94,6 +94,31 @@ type Config struct {
 	// SandboxRoot.
 	FileStore *S3
 
+	// PreviewDomain is where previews are served, <capability>.<domain>
+	// (PREVIEW_BASE_DOMAIN): "localhost:<port of PUBLIC_BASE_URL>" by
+	// default; PreviewScheme is PUBLIC_BASE_URL's.
+	PreviewDomain string
+	PreviewScheme string
+	// PreviewURLTTL is how long a preview URL lives.
+	PreviewURLTTL time.Duration
+	// PreviewMaxRequest and PreviewMaxResponse bound a proxied request's
+	// and response's body (and each direction of a WebSocket);
+	// PreviewRate the requests a second to one preview URL.
+	PreviewMaxRequest  int64
+	PreviewMaxResponse int64
+	PreviewRate        int
+	// ServerTTL ends a background run (a server) idle this long.
+	ServerTTL time.Duration
+	// ProjectTTL is how long a project (create_sandbox_for_project) lives.
+	ProjectTTL time.Duration
+	// LinkAddr is where an executor serves the api's link to its
+	// sandboxes; LinkAdvertise, when set, the address the api dials.
+	LinkAddr      string
+	LinkAdvertise string
+
+	// Secrets are the service's own secrets as given (tokens, keys), which
+	// output shown to clients never carries (projects redact them).
+	Secrets []string
 	// Git is GIT_REPOS_FILE (with GIT_API_URL): the repositories clients
 	// may commit to; nil without the file.
 	Git *Git
@@ -176,6 +201,14 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
 		RunnerTag:                p.str("RUNNER_TAG", "latest"),
 		Runtime:                  p.str("SANDBOX_RUNTIME", ""),
+		PreviewURLTTL:            p.duration("PREVIEW_URL_TTL", time.Hour),
+		PreviewMaxRequest:        p.bytes("PREVIEW_MAX_REQUEST_BYTES", "10m"),
+		PreviewMaxResponse:       p.bytes("PREVIEW_MAX_RESPONSE_BYTES", "100m"),
+		PreviewRate:              p.positive("PREVIEW_RATE", 100),
+		ServerTTL:                p.duration("SANDBOX_SERVER_TTL", time.Hour),
+		ProjectTTL:               p.duration("SANDBOX_PROJECT_TTL", time.Hour),
+		LinkAddr:                 p.str("EXECUTOR_LINK_ADDR", "127.0.0.1:0"),
+		LinkAdvertise:            p.str("EXECUTOR_LINK_ADVERTISE", ""),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		Egress: Egress{
@@ -204,6 +237,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	} else {
 		c.Clients = cs
 	}
+	c.Secrets = secrets(getenv)
 	if file := strings.TrimSpace(getenv("GIT_REPOS_FILE")); file != "" {
 		if g, err := loadGit(file, getenv("GIT_API_URL"), clientNames(c.Clients)); err != nil {
 			if p.err == nil {
@@ -251,6 +285,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	}
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.fail("PUBLIC_BASE_URL", "must be an http(s) URL")
+	} else {
+		c.PreviewScheme = u.Scheme
+		c.PreviewDomain = p.str("PREVIEW_BASE_DOMAIN", defaultPreviewDomain(u))
 	}
 	if c.BodyBudget < c.MaxMCPBody() {
 		p.fail("MCP_HTTP_BODY_BUDGET", fmt.Sprintf("must hold at least one largest MCP message, %d bytes (the base64 of SANDBOX_MAX_UPLOAD_BYTES and its envelope)", c.MaxMCPBody()))
@@ -274,6 +311,27 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// secrets returns the secrets the environment gives the service: its
+// tokens and keys.
+func secrets(getenv func(string) string) []string {
+	var out []string
+	for _, name := range []string{"MCP_API_TOKEN", "FILE_SECRET", "AUDIT_KEY", "METRICS_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			out = append(out, v)
+		}
+	}
+	// MCP_API_TOKENS: name:token[:tier], comma-separated.
+	for entry := range strings.SplitSeq(getenv("MCP_API_TOKENS"), ",") {
+		if _, rest, ok := strings.Cut(strings.TrimSpace(entry), ":"); ok {
+			token, _, _ := strings.Cut(rest, ":")
+			if token != "" {
+				out = append(out, token)
+			}
+		}
+	}
+	return out
 }
 
 // clientNames are the names of the clients tokens give; "default" when
@@ -360,6 +418,16 @@ func (c *Config) Origin() string {
 		return ""
 	}
 	return u.Scheme + "://" + u.Host
+}
+
+// defaultPreviewDomain is localhost on the port of the api's public URL:
+// browsers resolve every name under localhost to the loopback address, so
+// <capability>.localhost:<port> reaches the api's port as a host of its own.
+func defaultPreviewDomain(public *url.URL) string {
+	if port := public.Port(); port != "" {
+		return "localhost:" + port
+	}
+	return "localhost"
 }
 
 // MaxMCPBody is the largest MCP message the api reads: the base64 of the

@@ -34,6 +34,7 @@ const (
 	DefaultHeartbeatInterval = 2 * time.Second
 	DefaultPollInterval      = 20 * time.Millisecond
 	DefaultMaxDetached       = 32
+	DefaultServerIdle        = time.Hour
 )
 
 // Causes of a run's cancellation.
@@ -80,6 +81,13 @@ type Config struct {
 	// Egress, when set, lets runs that ask for network or packages out
 	// through its proxy, which the executor starts and stops.
 	Egress *Egress
+	// ServerIdle ends a background run idle this long (SANDBOX_SERVER_TTL;
+	// DefaultServerIdle if 0).
+	ServerIdle time.Duration
+	// LinkAddr is where the api reaches this executor's sandboxes
+	// (package link), announced with its heartbeat; empty when the api
+	// runs it in its own process.
+	LinkAddr string
 }
 
 // Executor takes runs off the queue and runs them.
@@ -99,6 +107,9 @@ type Executor struct {
 
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
+
+	// backgrounds are the background runs running here (tail.go).
+	backgrounds backgrounds
 
 	// slots bound the runs this executor runs at once, whether asynq
 	// handed them out or an announcement did (wake.go).
@@ -136,6 +147,9 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	}
 	if cfg.OwnerTTL == 0 {
 		cfg.OwnerTTL = sandbox.DefaultIdleTTL
+	}
+	if cfg.ServerIdle == 0 {
+		cfg.ServerIdle = DefaultServerIdle
 	}
 	if cfg.MaxDetached == 0 {
 		cfg.MaxDetached = DefaultMaxDetached

@@ -22,6 +22,7 @@ func (h *heartbeat) Start(ctx context.Context) error {
 func (e *Executor) register(ctx context.Context) error {
 	return e.store.Heartbeat(ctx, store.ExecutorInfo{
 		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
+		Templates: e.sandboxes.Templates(), Addr: e.cfg.LinkAddr,
 	}, 5*e.cfg.HeartbeatInterval)
 }
 

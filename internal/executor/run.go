@@ -123,7 +123,14 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 	e.runs.Go(func() {
 		defer end()
 		stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
+		stopIdle := func() {}
+		if spec.Background {
+			bg := e.backgrounds.add(id, spec.ConversationID, e.cfg.Clock.Now())
+			defer e.backgrounds.remove(id)
+			stopIdle = e.watchIdle(runCtx, bg, cancel)
+		}
 		res := e.run(runCtx, id, spec, log, onStart)
+		stopIdle()
 		stopWatch()
 		e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
 		finished <- e.finish(id, spec.ConversationID, res, log)
@@ -240,8 +247,12 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
+	write := out.write
+	if bg := e.backgrounds.get(id); bg != nil {
+		write = func(s sandbox.Stream, p []byte) { out.write(s, p); bg.write(s, p, e.cfg.Clock.Now()) }
+	}
 	if !oc.Cancelled { // a cancelled install is the run's end
-		oc, runErr = e.sandboxes.Run(ctx, req, out.write)
+		oc, runErr = e.sandboxes.Run(ctx, req, write)
 	}
 	release()
 	out.flush()
@@ -289,6 +300,12 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 			st.status = runbox.StatusError
 			st.result.Error = msg
 			st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
+			return st
+		}
+		if errors.Is(cause, errIdle) {
+			st.status = runbox.StatusTimedOut
+			st.result.TimedOut = true
+			st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventTimeout, Message: e.idleMessage()})
 			return st
 		}
 		if !errors.Is(cause, context.Canceled) && cause != nil && !errors.Is(cause, errUserCancel) {

@@ -49,7 +49,7 @@ func (s *Server) recordCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 		str := func(k string) string { v, _ := args[k].(string); return v }
 		call, err := s.Audit.Begin(ctx, audit.Entry{
 			Client: auth.Client(ctx), Tool: r.Params.Name,
-			Conversation: cmp.Or(str("conversationId"), str("session_id")), RunID: str("run_id"),
+			Conversation: cmp.Or(str("conversationId"), str("session_id"), str("sandbox_id")), RunID: str("run_id"),
 			Params: audit.Sanitize(args),
 		})
 		if err != nil {

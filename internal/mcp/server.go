@@ -121,6 +121,9 @@ func (s *Server) run(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.R
 func (s *Server) SDK() *mcpsdk.Server { return s.sdk }
 
 func (s *Server) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.Request) (*mcpsdk.CallToolResult, any, error) {
+	if in.Background {
+		return s.runBackground(ctx, in)
+	}
 	res, errResult, err := s.run(ctx, req, in)
 	if errResult != nil || err != nil {
 		return errResult, nil, err
@@ -247,6 +250,15 @@ type ToolError struct {
 	URL string `json:"url,omitempty"`
 	// RetryAfterSeconds tells a limited client when to come back.
 	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
+	// Available lists what there is instead of what was asked for (the
+	// templates of a project's template_unavailable).
+	Available []string `json:"available,omitempty"`
+}
+
+// choices is an error that says what there is instead.
+type choices interface {
+	error
+	Available() []string
 }
 
 // toolError turns err into an isError result. Unexpected errors are logged
@@ -262,6 +274,9 @@ func (s *Server) toolError(ctx context.Context, err error) (*mcpsdk.CallToolResu
 	body := ToolError{Error: code, Message: runbox.ErrorMessage(err), RetryAfterSeconds: runbox.RetryAfterSeconds(err)}
 	if tl, ok := errors.AsType[*conversations.TooLargeError](err); ok {
 		body.URL = tl.URL
+	}
+	if c, ok := errors.AsType[choices](err); ok {
+		body.Available = c.Available()
 	}
 	return errorResult(body), nil, nil
 }

@@ -67,6 +67,7 @@ type Request struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"the same key within 24 hours returns the same run instead of running the code again"`
 	Network        *runbox.Network   `json:"network,omitempty" jsonschema:"what the program may reach outside its sandbox, over HTTP(S) through runbox's proxy (HTTP_PROXY is set for it): {allowed_domains: [...]} within this client's allowlist; without it the program has no network; the result's egress lists each connection"`
 	Packages       []string          `json:"packages,omitempty" jsonschema:"python: pip requirements (requests==2.32.3); typescript: npm packages; installed into the conversation, for this and later runs and the kept interpreter, before the code runs, from the index this client's allowlist lets it reach"`
+	Background     bool              `json:"background,omitempty" jsonschema:"keep the program running after the call returns (a server): the call answers once it has started, with running: true and its output so far; reach its port with get_preview_url, follow it with get_run, end it with cancel_run; it also ends when idle (no output, no preview traffic) for SANDBOX_SERVER_TTL or out of the client's run-seconds"`
 }
 
 // StartRequest is start_run's arguments and the body of POST /v1/runs.
@@ -91,6 +92,7 @@ func (r Request) Spec() runbox.Spec {
 		KeepState:      r.KeepState,
 		Network:        r.Network,
 		Packages:       r.Packages,
+		Background:     r.Background,
 	}
 }
 
@@ -138,6 +140,8 @@ func randomHex(n int) string {
 // normalize checks a spec and fills in its defaults. It does not know which
 // languages exist; Submit checks that.
 func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
+	// A background program leaves its conversation's order once started.
+	spec.Detach = spec.Detach || spec.Background
 	spec.Language = strings.ToLower(strings.TrimSpace(spec.Language))
 	if a, ok := aliases[spec.Language]; ok {
 		spec.Language = a
@@ -156,11 +160,11 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 	case spec.KeepState && (spec.Parallel || spec.Detach):
 		// The kept interpreter runs one cell at a time, in order.
 		return spec, runbox.Errorf(runbox.EInvalid, "keep_state runs take their turn in the conversation")
-	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > s.limits.MaxTimeoutSeconds:
-		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", s.limits.MaxTimeoutSeconds)
+	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > maxTimeout(spec, s.limits):
+		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", maxTimeout(spec, s.limits))
 	}
 	if spec.TimeoutSeconds == 0 {
-		spec.TimeoutSeconds = s.limits.MaxTimeoutSeconds
+		spec.TimeoutSeconds = maxTimeout(spec, s.limits)
 	}
 	if spec.ConversationID == "" {
 		spec.ConversationID = NewConversationID()
@@ -201,7 +205,13 @@ func truncate(s string, n int) string {
 // it wait behind the runs of its conversation. A non-empty idempotency key
 // that the client used before returns that run instead.
 func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
-	if err := tierTimeout(ctx, &spec); err != nil {
+	if spec.Background {
+		// Bounded by what the tier has left of its run-seconds, not by a
+		// run's time limit.
+		if err := s.backgroundLimit(ctx, &spec); err != nil {
+			return runbox.Run{}, err
+		}
+	} else if err := tierTimeout(ctx, &spec); err != nil {
 		return runbox.Run{}, err
 	}
 	spec, err := s.normalize(spec)
@@ -224,6 +234,12 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if err := s.checkLanguage(ctx, spec.Language); err != nil {
 		return runbox.Run{}, err
 	}
+	return s.enqueue(ctx, spec, idempotencyKey)
+}
+
+// enqueue records a checked run as queued and enqueues it, or lets it
+// wait behind the runs of its conversation.
+func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
 	run := runbox.Run{
 		ID:             "run_" + randomHex(12),
 		ConversationID: spec.ConversationID,

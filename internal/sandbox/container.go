@@ -23,11 +23,17 @@ import (
 
 func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
 	limits := m.opts.Limits
+	if strings.HasPrefix(req.Language, TemplateKey("")) {
+		// The security gateway's bounds of a project's sandbox.
+		limits.Memory = min(limits.Memory, TemplateMemory)
+		limits.NanoCPUs = min(limits.NanoCPUs, TemplateNanoCPUs)
+	}
 	pids := limits.Pids
 	opts := client.ContainerCreateOptions{
-		// A conversation key may hold '~', which container names may not.
-		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" + req.Language + "-" +
-			strings.ToLower(rand.Text()[:8]),
+		// A conversation key may hold '~', and a template's key '@', which
+		// container names may not.
+		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" +
+			strings.ReplaceAll(req.Language, "@", "template-") + "-" + strings.ToLower(rand.Text()[:8]),
 		Config: &container.Config{
 			Image:           runner.Image,
 			User:            User,
@@ -78,6 +84,12 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 }
 
 var noInit = false
+
+// A template's sandbox (a project) gets at most 512 MB and half a core.
+const (
+	TemplateMemory   = 512 << 20
+	TemplateNanoCPUs = 5e8
+)
 
 func (m *Manager) ulimits() []*container.Ulimit {
 	u := []*container.Ulimit{

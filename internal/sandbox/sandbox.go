@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ const (
 	LabelRunner   = "sandbox.runner"
 	LabelLanguage = "sandbox.language"
 	LabelVersion  = "sandbox.version"
+	// LabelTemplate marks a project template's image (its name), and
+	// LabelTemplatePort the port its dev server listens on.
+	LabelTemplate     = "sandbox.template"
+	LabelTemplatePort = "sandbox.template.port"
 
 	LabelManaged      = "runbox.managed"
 	LabelExecutor     = "runbox.executor"
@@ -131,14 +136,15 @@ type Manager struct {
 	opts   Options
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	runners map[string]runbox.Runner // by language
-	live    map[string]struct{}      // containers started and not yet removed
-	open    map[*sandbox]struct{}    // sandboxes started and not yet discarded, in use or not
-	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
-	held    map[string]int           // conversations with runs under way here (Hold), and how many
-	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
-	demand  *demand                  // how many the pool should hold
+	mu        sync.Mutex
+	runners   map[string]runbox.Runner // by language, and templates by TemplateKey
+	templates []runbox.Template
+	live      map[string]struct{}   // containers started and not yet removed
+	open      map[*sandbox]struct{} // sandboxes started and not yet discarded, in use or not
+	warm      map[warmKey]*sandbox  // idle sandboxes, ready for their conversation
+	held      map[string]int        // conversations with runs under way here (Hold), and how many
+	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
+	demand    *demand               // how many the pool should hold
 }
 
 // NewManager returns a Manager using docker.
@@ -173,30 +179,79 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runner images: %w", err)
 	}
-	found := map[string]runbox.Runner{}
+	found, templates := map[string]runbox.Runner{}, map[string]runbox.Template{}
 	for _, img := range res.Items {
+		if len(img.RepoTags) == 0 {
+			continue
+		}
+		if name := img.Labels[LabelTemplate]; validTemplateName(name) {
+			port, err := strconv.Atoi(img.Labels[LabelTemplatePort])
+			if err != nil || port < 1 || port > 65535 {
+				m.log.Warn("a template image without a valid port label is left out", "template", name, "label", LabelTemplatePort)
+				continue
+			}
+			preferred := "runner-template-" + name + ":" + m.opts.ImageTag
+			if prev, ok := templates[name]; !ok || prev.Image != preferred {
+				templates[name] = runbox.Template{Name: name, Image: preferredTag(img.RepoTags, preferred), Port: port}
+			}
+			continue
+		}
 		lang := img.Labels[LabelLanguage]
-		if lang == "" || len(img.RepoTags) == 0 {
+		if lang == "" {
 			continue
 		}
 		preferred := "runner-" + lang + ":" + m.opts.ImageTag
-		tag := img.RepoTags[0]
-		for _, t := range img.RepoTags {
-			if t == preferred {
-				tag = t
-			}
-		}
+		tag := preferredTag(img.RepoTags, preferred)
 		if prev, ok := found[lang]; ok && prev.Image == preferred {
 			continue
 		}
 		found[lang] = runbox.Runner{Language: lang, Image: tag, Version: img.Labels[LabelVersion]}
 	}
-	m.mu.Lock()
-	m.runners = found
-	m.mu.Unlock()
 	out := slices.Collect(maps.Values(found))
 	slices.SortFunc(out, func(a, b runbox.Runner) int { return cmp.Compare(a.Language, b.Language) })
+	tpls := slices.Collect(maps.Values(templates))
+	slices.SortFunc(tpls, func(a, b runbox.Template) int { return cmp.Compare(a.Name, b.Name) })
+	for _, t := range tpls {
+		found[TemplateKey(t.Name)] = runbox.Runner{Language: TemplateKey(t.Name), Image: t.Image}
+	}
+	m.mu.Lock()
+	m.runners, m.templates = found, tpls
+	m.mu.Unlock()
 	return out, nil
+}
+
+// preferredTag returns preferred if tags hold it, else the first.
+func preferredTag(tags []string, preferred string) string {
+	if slices.Contains(tags, preferred) {
+		return preferred
+	}
+	return tags[0]
+}
+
+// Templates returns the project templates the images offer (after
+// Discover), sorted by name.
+func (m *Manager) Templates() []runbox.Template {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.templates)
+}
+
+// TemplateKey is the Request.Language of a run in a template's sandbox
+// (runbox.TemplateLanguage): its warm sandboxes are its own.
+func TemplateKey(name string) string { return runbox.TemplateLanguage(name) }
+
+// validTemplateName: what a template may be called (it names images and
+// containers).
+func validTemplateName(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Request is a program to run.

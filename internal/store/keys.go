@@ -60,3 +60,12 @@ const (
 	fileSecretKey = prefix + "file-secret"
 	leaderKey     = prefix + "leader" // the process that does the maintenance (leader.go)
 )
+
+// A preview URL's record (preview.go).
+func previewKey(id string) string { return prefix + "preview:" + id }
+
+// A project (create_sandbox_for_project) by its conversation's key, and
+// every project by when it expires (projects.go).
+func projectKey(cid string) string { return prefix + "project:" + cid }
+
+const projectsKey = prefix + "projects"

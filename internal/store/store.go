@@ -516,6 +516,12 @@ type ExecutorInfo struct {
 	Concurrency int             `json:"concurrency"`
 	Runners     []runbox.Runner `json:"runners"`
 	StartedAt   time.Time       `json:"started_at"`
+	// Templates are the project templates it offers (images labelled
+	// sandbox.template).
+	Templates []runbox.Template `json:"templates,omitempty"`
+	// Addr is where the api reaches its sandboxes (package link):
+	// host:port.
+	Addr string `json:"addr,omitempty"`
 }
 
 // Heartbeat registers an executor as alive for ttl.

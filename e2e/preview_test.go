@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base32"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/net/websocket"
+
+	"github.com/runbox-dev/runbox/internal/bench"
+)
+
+// pythonServer serves /data, with an index.html it writes, on 8000.
+var pythonServer = bench.PythonPageServer(1 << 10)
+
+// background starts a server with run_code background: true and returns
+// its run id once it runs on.
+func background(t *testing.T, cs *mcp.ClientSession, lang, conv, code string) string {
+	t.Helper()
+	var r struct {
+		RunID   string `json:"run_id"`
+		Running bool   `json:"running"`
+		Output  string `json:"output"`
+	}
+	res := call(t, cs, "run_code", map[string]any{"language": lang, "code": code, "conversationId": conv, "background": true}, &r)
+	if res.IsError || !r.Running || r.RunID == "" {
+		t.Fatalf("background run_code: %s", text(res))
+	}
+	return r.RunID
+}
+
+// previewURL asks for a preview URL until the port listens.
+func previewURL(t *testing.T, cs *mcp.ClientSession, conv string, port int) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var u struct {
+			URL       string    `json:"url"`
+			ExpiresAt time.Time `json:"expires_at"`
+			Error     string    `json:"error"`
+		}
+		res := call(t, cs, "get_preview_url", map[string]any{"conversationId": conv, "port": port}, &u)
+		if !res.IsError {
+			return u.URL
+		}
+		if u.Error != "not_listening" || time.Now().After(deadline) {
+			t.Fatalf("get_preview_url: %s", text(res))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// browser is an HTTP client whose every connection goes to the api's
+// port, as a browser's does for <capability>.localhost:<port>.
+func (s *service) browser() *http.Client {
+	addr := strings.TrimPrefix(s.url, "http://")
+	return &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (s *service) browse(t *testing.T, rawURL string, hdr http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := s.browser().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// wsEcho sends messages over a WebSocket to a preview and checks each
+// comes back.
+func (s *service) wsEcho(t *testing.T, previewURL string, msgs ...string) {
+	t.Helper()
+	cfg, err := websocket.NewConfig(strings.Replace(previewURL, "http://", "ws://", 1)+"echo", previewURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, raw)
+	if err != nil {
+		t.Fatalf("websocket through the preview: %v", err)
+	}
+	defer ws.Close()
+	_ = ws.SetDeadline(time.Now().Add(30 * time.Second))
+	for _, m := range msgs {
+		if err := websocket.Message.Send(ws, m); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := websocket.Message.Receive(ws, &got); err != nil || got != m {
+			t.Fatalf("websocket echo: %q, %v; want %q", got, err, m)
+		}
+	}
+}
+
+// relabel returns u with its capability changed by f (decoded bytes).
+func relabel(t *testing.T, u string, f func(b []byte)) string {
+	t.Helper()
+	parsed, _ := url.Parse(u)
+	label, rest, _ := strings.Cut(parsed.Host, ".")
+	enc := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+	b, err := enc.DecodeString(label)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f(b)
+	parsed.Host = enc.EncodeToString(b) + "." + rest
+	return parsed.String()
+}
+
+// TestPreview: servers a conversation starts are reachable on preview
+// URLs, HTTP and WebSocket, and on nothing else; URLs expire, cannot be
+// altered or used by another client, and are gone with their sandbox.
+func TestPreview(t *testing.T) {
+	s := start(t, options{env: []string{"PREVIEW_URL_TTL=20s", "MCP_API_TOKENS=alice:" + aliceToken}})
+	cs := s.session(nil)
+
+	pyRun := background(t, cs, "python", "web", pythonServer)
+	py := previewURL(t, cs, "web", 8000)
+	if code, body := s.browse(t, py, nil); code != http.StatusOK || !strings.Contains(body, "python preview") {
+		t.Fatalf("python preview: %d %q", code, body)
+	}
+	if !strings.HasPrefix(py, "http://") || !strings.Contains(py, ".localhost:") {
+		t.Errorf("preview URL %s is not <capability>.localhost:<port>", py)
+	}
+
+	background(t, cs, "typescript", "node", bench.NodeEchoServer)
+	node := previewURL(t, cs, "node", 3000)
+	if code, body := s.browse(t, node+"a/b?c=d", nil); code != http.StatusOK || body != "hello from node /a/b?c=d" {
+		t.Fatalf("node preview: %d %q", code, body)
+	}
+	s.wsEcho(t, node, "one", strings.Repeat("two", 100), strings.Repeat("x", 70000))
+
+	// REST the same; nothing listens on another port.
+	var rest struct {
+		URL   string `json:"url"`
+		Error string `json:"error"`
+	}
+	if code := s.request("POST", "/v1/conversations/web/previews", map[string]any{"port": 8000}, &rest); code != http.StatusCreated || rest.URL == "" {
+		t.Errorf("REST preview: %d %+v", code, rest)
+	}
+	if code := s.request("POST", "/v1/conversations/web/previews", map[string]any{"port": 8001}, &rest); code != http.StatusConflict || rest.Error != "not_listening" {
+		t.Errorf("REST preview of a port nothing listens on: %d %+v", code, rest)
+	}
+	var te toolError
+	if res := call(t, cs, "get_preview_url", map[string]any{"conversationId": "web", "port": 9999}, &te); !res.IsError || te.Error != "not_listening" {
+		t.Errorf("a port nothing listens on: %s", text(res))
+	}
+
+	// Another client's "web" is another conversation.
+	alice := s.sessionAs(aliceToken)
+	if res := call(t, alice, "get_preview_url", map[string]any{"conversationId": "web", "port": 8000}, &te); !res.IsError || te.Error != "not_listening" {
+		t.Errorf("another client got a preview: %s", text(res))
+	}
+
+	// Altered and other-port capabilities are refused.
+	for name, u := range map[string]string{
+		"altered":    relabel(t, py, func(b []byte) { b[20] ^= 1 }),
+		"other port": relabel(t, py, func(b []byte) { b[6]++ }),
+		"later":      relabel(t, py, func(b []byte) { b[2]++ }),
+	} {
+		if code, _ := s.browse(t, u, nil); code != http.StatusForbidden {
+			t.Errorf("%s capability: %d", name, code)
+		}
+	}
+
+	// The preview host never reaches the api, MCP, downloads or the
+	// playground; the api host never serves a preview.
+	for _, path := range []string{"v1/runners", "mcp", "healthz", "files/web/index.html", "monitoring/"} {
+		code, body := s.browse(t, py+path, http.Header{"Authorization": {"Bearer " + token}})
+		if strings.Contains(body, "languages") || strings.Contains(body, `"status":"ok"`) || code == http.StatusUnauthorized {
+			t.Errorf("the preview host served the api's /%s: %d %q", path, code, body)
+		}
+	}
+	if code, body := s.browse(t, "http://not-a-capability.localhost:1/v1/runners", http.Header{"Authorization": {"Bearer " + token}}); code != http.StatusForbidden || strings.Contains(body, "languages") {
+		t.Errorf("a name under the preview domain reached the api: %d %q", code, body)
+	}
+	if code, body := s.browse(t, s.url+"/", nil); code != http.StatusOK || strings.Contains(body, "python preview") {
+		t.Errorf("the api host: %d", code)
+	}
+
+	// cancel_run ends the server's sandbox: its URL is gone.
+	var cancelled struct {
+		Status string `json:"status"`
+	}
+	call(t, cs, "cancel_run", map[string]any{"run_id": pyRun}, &cancelled)
+	if code, body := s.browse(t, py, nil); code != http.StatusGone || !strings.Contains(body, "gone") {
+		t.Errorf("after cancel_run: %d %q", code, body)
+	}
+	// close_session too.
+	call(t, cs, "close_session", map[string]any{"conversationId": "node"}, nil)
+	if code, _ := s.browse(t, node, nil); code != http.StatusGone {
+		t.Errorf("after close_session: %d", code)
+	}
+
+	// A URL expires (PREVIEW_URL_TTL=20s).
+	background(t, cs, "python", "web2", pythonServer)
+	u := previewURL(t, cs, "web2", 8000)
+	if code, _ := s.browse(t, u, nil); code != http.StatusOK {
+		t.Fatalf("fresh: %d", code)
+	}
+	time.Sleep(21 * time.Second)
+	if code, _ := s.browse(t, u, nil); code != http.StatusForbidden {
+		t.Errorf("expired: %d", code)
+	}
+}
+
+// TestPreviewTwoExecutors: the api reaches the sandbox on whichever
+// executor holds it.
+func TestPreviewTwoExecutors(t *testing.T) {
+	s := start(t, options{executors: 2})
+	cs := s.session(nil)
+	held := map[string]string{} // executor → conversation
+	for i := 0; len(held) < 2 && i < 12; i++ {
+		conv := fmt.Sprintf("two-%d", i)
+		background(t, cs, "python", conv, pythonServer)
+		u := previewURL(t, cs, conv, 8000)
+		if code, body := s.browse(t, u, nil); code != http.StatusOK || !strings.Contains(body, "python preview") {
+			t.Fatalf("%s: %d %q", conv, code, body)
+		}
+		// A conversation's runs stay on the executor of its live one.
+		r := runCode(t, cs, map[string]any{"language": "bash", "code": "hostname", "conversationId": conv})
+		held[s.containerExecutor(r.Stdout)] = conv
+	}
+	if len(held) < 2 {
+		t.Errorf("the servers all ran on one executor: %v", held)
+	}
+}
+
+// TestBackgroundIdle: a background program ends once idle (no output, no
+// preview traffic) for SANDBOX_SERVER_TTL; a server that is browsed lives
+// on. The executor is embedded: the api reaches it in its own process.
+func TestBackgroundIdle(t *testing.T) {
+	s := start(t, options{embedded: true, env: []string{"SANDBOX_SERVER_TTL=6s"}})
+	cs := s.session(nil)
+	quiet := background(t, cs, "python", "quiet", "import time\ntime.sleep(3600)\n")
+	background(t, cs, "python", "browsed", pythonServer)
+	u := previewURL(t, cs, "browsed", 8000)
+	// Browsed every second for longer than the TTL.
+	for range 12 {
+		if code, _ := s.browse(t, u, nil); code != http.StatusOK {
+			t.Fatalf("the browsed server: %d", code)
+		}
+		time.Sleep(time.Second)
+	}
+	var p struct {
+		Status string `json:"status"`
+		Events []struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"events"`
+	}
+	call(t, cs, "get_run", map[string]any{"run_id": quiet, "wait_seconds": 1}, &p)
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Status == "running" && time.Now().Before(deadline) {
+		call(t, cs, "get_run", map[string]any{"run_id": quiet, "wait_seconds": 5}, &p)
+	}
+	idle := false
+	for _, ev := range p.Events {
+		idle = idle || ev.Type == "timeout" && strings.Contains(ev.Message, "idle")
+	}
+	if p.Status != "timed_out" || !idle {
+		t.Errorf("the quiet program: %+v", p)
+	}
+	if code, _ := s.browse(t, u, nil); code != http.StatusOK {
+		t.Errorf("the browsed server after the quiet one ended: %d", code)
+	}
+}
