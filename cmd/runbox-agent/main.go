@@ -2,7 +2,7 @@
 // from its stdin in the runner protocol (package agent), runs them one at a
 // time, and reports their output and exit on its stdout.
 //
-// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] -- LAUNCH...
+// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] [-compile=CMD -exec-dir=DIR] -- LAUNCH...
 package main
 
 import (
@@ -29,9 +29,11 @@ func main() {
 	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
 	preload := flag.String("preload", "", "modules the zygote imports, comma-separated, once a program matches -preload-when")
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
+	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
+	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
 	flag.Parse()
-	if *ext == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
+	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") {
+		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-compile=CMD -exec-dir=DIR] -- LAUNCH...")
 		os.Exit(2)
 	}
 	// Programs run as the agent's own user. Not dumpable, the agent's
@@ -55,6 +57,10 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	wipe := []string{"/tmp", "/dev/shm", "/dev/mqueue"}
+	if *execDir != "" {
+		wipe = append(wipe, *execDir)
+	}
 	cfg := agent.Config{
 		Launch:      flag.Args(),
 		Ext:         *ext,
@@ -67,7 +73,9 @@ func main() {
 		Preload:     *preload,
 		PreloadWhen: when,
 		Skel:        *skel,
-		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
+		Wipe:        wipe,
+		Compile:     strings.Fields(*compile),
+		ExecDir:     *execDir,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

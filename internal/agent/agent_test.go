@@ -17,19 +17,22 @@ import (
 func startAgent(t *testing.T) *Conn { return startAgentWith(t, 0) }
 
 func startAgentWith(t *testing.T, lineWait time.Duration) *Conn {
-	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	cfg := Config{
+	return startAgentConfig(t, Config{
 		Launch:   []string{"bash"},
 		Ext:      "sh",
 		Dir:      t.TempDir(),
 		Scratch:  t.TempDir(),
 		Env:      []string{"PATH=" + os.Getenv("PATH"), "BASE=base"},
 		LineWait: lineWait,
-	}
+	})
+}
+
+func startAgentConfig(t *testing.T, cfg Config) *Conn {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
 	t.Cleanup(func() {
 		inW.Close()

@@ -56,8 +56,16 @@ type Config struct {
 	// after every reset (caches), if set.
 	Skel string
 	// Wipe names the folders a reset empties: every one a program can
-	// write to but /data (/tmp, /dev/shm, /dev/mqueue).
+	// write to but /data (/tmp, /dev/shm, /dev/mqueue, ExecDir).
 	Wipe []string
+	// Compile, when set, is the command that builds a program before it
+	// runs (compile.go): {src} stands for the program's file name in
+	// Scratch, its working directory, and {out} for the folder it writes
+	// to, which Launch then names as {out}.
+	Compile []string
+	// ExecDir is the folder programs may execute files from (/tmp is
+	// noexec), where compiled programs are cached.
+	ExecDir string
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or
@@ -188,12 +196,16 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 // process is one running program, or a cell of the kept interpreter.
 type process struct {
-	pid   int // the program; for a cell, its kernel
-	cell  *cell
-	done  chan struct{} // closed when the run is over
-	stdin *stdinQueue
-	spare func() []int // pids a sweep must not kill: the zygote, the kernel
-	sweep bool
+	// mu guards pid and stopped: a compiled run starts its compiler and
+	// then its program while a kill may come.
+	mu      sync.Mutex
+	pid     int // the program (or its compiler); for a cell, its kernel
+	stopped bool
+	cell    *cell
+	done    chan struct{} // closed when the run is over
+	stdin   *stdinQueue
+	spare   func() []int // pids a sweep must not kill: the zygote, the kernel
+	sweep   bool
 }
 
 // starter starts programs: the ordinary way, or forked from a zygote.
@@ -257,12 +269,16 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
 	var (
-		pid    int
-		wait   func() syscall.WaitStatus
-		c      *cell
-		kstate string
+		pid      int
+		wait     func() syscall.WaitStatus
+		c        *cell
+		kstate   string
+		compiled = len(cfg.Compile) > 0 && !run.KeepState
 	)
-	if run.KeepState {
+	if compiled {
+		// Both phases start from the goroutine below, which closes the
+		// child's ends of the pipes once the program has them.
+	} else if run.KeepState {
 		c, kstate, err = st.startCell(run, path, env, [3]*os.File{stdinR, outW, errW})
 		if err == nil {
 			pid = c.k.pid
@@ -276,7 +292,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			}
 		}
 	}
-	if wait == nil && !run.KeepState {
+	if wait == nil && !run.KeepState && !compiled {
 		cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = env
@@ -290,7 +306,9 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			wait = func() syscall.WaitStatus { return <-ended }
 		}
 	}
-	closeAll(stdinR, outW, errW) // the child holds its own copies
+	if !compiled {
+		closeAll(stdinR, outW, errW) // the child holds its own copies
+	}
 	if err != nil {
 		closeAll(stdinW, outR, errR)
 		return nil, fmt.Errorf("start program: %w", err)
@@ -316,8 +334,10 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 
 	go func() {
 		var ws syscall.WaitStatus
-		lost := false
-		if c != nil {
+		lost, phase := false, ""
+		if compiled {
+			ws, phase = st.compiledRun(p, run, env, [3]*os.File{stdinR, outW, errW})
+		} else if c != nil {
 			ws, lost = c.wait()
 			if lost {
 				st.kernel = nil
@@ -338,7 +358,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			closeAll(outR, errR)
 			<-drained
 		}
-		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean, Kernel: kstate, StateLost: lost}
+		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean, Kernel: kstate, StateLost: lost, Phase: phase}
 		if ws.Signaled() {
 			ex.ExitCode, ex.Signal = -1, int(ws.Signal())
 		}
@@ -421,6 +441,22 @@ func writeProgram(dir, name, code string) error {
 	return nil
 }
 
+// launch starts cmd as the run's current process, unless the run was
+// stopped.
+func (p *process) launch(w waiter, cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, errStopped
+	}
+	ended, err := w.start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p.pid = cmd.Process.Pid
+	return ended, nil
+}
+
 // stop is what a kill frame does: a program is killed with what it
 // started; a cell is interrupted, and its kernel killed if it does not
 // stop in time.
@@ -443,10 +479,14 @@ func (p *process) end() {
 // kill ends the program's process group (a cell's kernel is spared) and,
 // when sweeping, every other process in the sandbox but init, the agent,
 // the zygote and the kernel. It reports whether the sandbox was then found
-// to hold nothing else.
+// to hold nothing else. No phase of the run starts after it.
 func (p *process) kill() bool {
-	if p.cell == nil {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.mu.Lock()
+	p.stopped = true
+	pid := p.pid
+	p.mu.Unlock()
+	if p.cell == nil && pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	if !p.sweep {
 		return false
