@@ -48,7 +48,11 @@ type Result struct {
 	// StateLost says that a kept-state run did not find the state earlier
 	// runs left: its interpreter was lost (with this run, or since the
 	// last one: idle, evicted, closed, or its executor restarted).
-	StateLost      bool       `json:"state_lost,omitempty"`
+	StateLost bool `json:"state_lost,omitempty"`
+	// Phase says, for a compiled language, which phase ended the run:
+	// PhaseCompile (the compiler failed: its messages are in stderr, its
+	// exit code is ExitCode) or PhaseRun. Empty for interpreted languages.
+	Phase          string     `json:"phase,omitempty"`
 	DurationMS     int64      `json:"duration_ms"`
 	RunID          string     `json:"run_id"`
 	ConversationID string     `json:"conversationId"`
@@ -58,6 +62,12 @@ type Result struct {
 	// is empty when the program itself decided the outcome.
 	Error string `json:"error,omitempty"`
 }
+
+// Values of Result.Phase.
+const (
+	PhaseCompile = "compile"
+	PhaseRun     = "run"
+)
 
 // Status is where a run is in its life.
 type Status string

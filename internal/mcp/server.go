@@ -54,7 +54,9 @@ func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, 
 	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{
 		Name: "run_code",
 		Description: "Run a program and wait for it to finish. Returns stdout, stderr, the exit code and every file " +
-			"in /data with a download URL. language is python, typescript or bash. Pass the same conversationId " +
+			"in /data with a download URL. language is python, javascript, typescript, bash, r, sql, go, rust, java, c, " +
+			"cpp, ruby or php (list_runners says which this server offers). For compiled languages a failed build is a " +
+			"failed run with phase \"compile\" and the compiler's messages in stderr. Pass the same conversationId " +
 			"to keep working with the same files.",
 	}), s.runCode)
 	mcpsdk.AddTool(s.sdk, describe(&mcpsdk.Tool{

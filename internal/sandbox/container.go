@@ -23,6 +23,14 @@ import (
 func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
 	limits := m.opts.Limits
 	pids := limits.Pids
+	tmpfs := map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize}
+	m.mu.Lock()
+	if size := m.execTmpfs[runner.Language]; size != "" {
+		// Without noexec: compiled programs run from here. Its pages
+		// count against the sandbox's memory, as /tmp's do.
+		tmpfs[ExecDir] = fmt.Sprintf("rw,nosuid,nodev,exec,size=%s,uid=%d,gid=%d,mode=0700", size, UID, GID)
+	}
+	m.mu.Unlock()
 	return client.ContainerCreateOptions{
 		// A conversation key may hold '~', which container names may not.
 		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" + req.Language + "-" +
@@ -50,7 +58,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true,
-			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize},
+			Tmpfs:          tmpfs,
 			IpcMode:        "private",
 			// The agent is PID 1 and reaps orphans itself: docker-init
 			// would run as the programs' user, within their reach.

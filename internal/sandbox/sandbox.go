@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ const (
 	LabelRunner   = "sandbox.runner"
 	LabelLanguage = "sandbox.language"
 	LabelVersion  = "sandbox.version"
+	// LabelExecTmpfs asks for a tmpfs programs may execute files from,
+	// of the size given (e.g. 64m), at ExecDir: compiled languages run
+	// their programs from there (/tmp is noexec).
+	LabelExecTmpfs = "runbox.exec-tmpfs"
 
 	LabelManaged      = "runbox.managed"
 	LabelExecutor     = "runbox.executor"
@@ -57,6 +62,8 @@ const (
 	helloTimeout  = 30 * time.Second // container start and agent boot
 	removeTimeout = 30 * time.Second
 	tmpfsSize     = "64m"
+	// ExecDir is where the exec tmpfs of LabelExecTmpfs is mounted.
+	ExecDir = "/run/runbox"
 )
 
 // Docker is the part of the Docker Engine API the sandbox uses;
@@ -126,10 +133,13 @@ type Manager struct {
 
 	mu      sync.Mutex
 	runners map[string]runbox.Runner // by language
-	live    map[string]struct{}      // containers started and not yet removed
-	warm    map[warmKey]*sandbox     // idle sandboxes, ready for their conversation
-	pool    map[string][]*sandbox    // pre-started sandboxes for new conversations, by language
-	demand  *demand                  // how many the pool should hold
+	// execTmpfs is the size of the exec tmpfs each language's image asks
+	// for (LabelExecTmpfs), by language; none if absent.
+	execTmpfs map[string]string
+	live      map[string]struct{}   // containers started and not yet removed
+	warm      map[warmKey]*sandbox  // idle sandboxes, ready for their conversation
+	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
+	demand    *demand               // how many the pool should hold
 }
 
 // NewManager returns a Manager using docker.
@@ -163,7 +173,7 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runner images: %w", err)
 	}
-	found := map[string]runbox.Runner{}
+	found, execTmpfs := map[string]runbox.Runner{}, map[string]string{}
 	for _, img := range res.Items {
 		lang := img.Labels[LabelLanguage]
 		if lang == "" || len(img.RepoTags) == 0 {
@@ -180,14 +190,25 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 			continue
 		}
 		found[lang] = runbox.Runner{Language: lang, Image: tag, Version: img.Labels[LabelVersion]}
+		delete(execTmpfs, lang)
+		if size := img.Labels[LabelExecTmpfs]; size != "" {
+			if !tmpfsSizePattern.MatchString(size) {
+				m.log.Warn("ignoring a runner image's exec tmpfs size", "image", tag, "size", size)
+				continue
+			}
+			execTmpfs[lang] = size
+		}
 	}
 	m.mu.Lock()
-	m.runners = found
+	m.runners, m.execTmpfs = found, execTmpfs
 	m.mu.Unlock()
 	out := slices.Collect(maps.Values(found))
 	slices.SortFunc(out, func(a, b runbox.Runner) int { return cmp.Compare(a.Language, b.Language) })
 	return out, nil
 }
+
+// tmpfsSizePattern is what LabelExecTmpfs may say: a size as tmpfs takes it.
+var tmpfsSizePattern = regexp.MustCompile(`^[1-9][0-9]{0,5}[kmg]$`)
 
 // Request is a program to run.
 type Request struct {
@@ -232,6 +253,9 @@ type Outcome struct {
 	Kernel string
 	// StateLost is set when the kept interpreter died with the run.
 	StateLost bool
+	// Phase is, for a compiled language, the phase that ended the run:
+	// agent.PhaseCompile or agent.PhaseRun; empty when unknown.
+	Phase string
 	// unclean is set when the agent could not show that nothing of the
 	// program is left; the sandbox is then removed, never reused.
 	unclean bool
