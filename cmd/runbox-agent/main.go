@@ -27,9 +27,10 @@ func main() {
 	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
 	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
 	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
-	preload := flag.String("preload", "", "modules the zygote imports, comma-separated, once a program matches -preload-when")
+	preload := flag.String("preload", "", "modules the zygote imports, comma-separated (or, with -prestart, code), once a program matches -preload-when")
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
 	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
+	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
 	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
 	flag.Parse()
 	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") {
@@ -76,6 +77,7 @@ func main() {
 		Wipe:        wipe,
 		Compile:     strings.Fields(*compile),
 		ExecDir:     *execDir,
+		Prestart:    *prestart,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

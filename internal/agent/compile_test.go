@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,59 @@ func TestPrune(t *testing.T) {
 	}
 	if strings.Join(left, ",") != "mid,new" {
 		t.Errorf("left %v, want mid and new", left)
+	}
+}
+
+// TestPrestartedRuns: with Prestart, each run's process is started before
+// the run and reads its source from /dev/fd/3; once a program matched
+// PreloadWhen, the next ones find Preload run first. A run with an
+// environment of its own starts the ordinary way.
+func TestPrestartedRuns(t *testing.T) {
+	starts := filepath.Join(t.TempDir(), "starts")
+	c := startAgentConfig(t, Config{
+		Launch:      []string{"sh", "-c", `echo s >> ` + starts + `; exec bash "$0"`, "{src}"},
+		Prestart:    true,
+		Preload:     "PRE=loaded",
+		PreloadWhen: regexp.MustCompile(`want-preload`),
+		Ext:         "sh",
+		Dir:         t.TempDir(),
+		Scratch:     t.TempDir(),
+		Env:         []string{"PATH=" + os.Getenv("PATH")},
+	})
+	waitUntil(t, func() bool { return count(starts) == 1 })
+	tests := []struct {
+		name, code, stdin string
+		env               map[string]string
+		wantOut           string
+		wantCode          int
+		wantStarts        int // processes started once the run is over
+	}{
+		{name: "pre-started", code: `read x; echo "$0 $x ${PRE:-none}" # want-preload`, stdin: "in\n",
+			wantOut: "/dev/fd/3 in none\n", wantStarts: 2},
+		{name: "preloaded next", code: `echo ${PRE:-none}; exit 4`, wantOut: "loaded\n", wantCode: 4, wantStarts: 3},
+		// The pre-started one is killed; this one and the next start.
+		{name: "own environment", code: `echo $X`, env: map[string]string{"X": "x"}, wantOut: "x\n", wantStarts: 5},
+		{name: "a long program", code: strings.Repeat("# padding\n", 20000) + "echo end", wantOut: "end\n", wantStarts: 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := c.Start(Run{Code: tt.code, Env: tt.env}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Stdin([]byte(tt.stdin)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CloseStdin(); err != nil {
+				t.Fatal(err)
+			}
+			o := collect(t, c)
+			if o.stdout != tt.wantOut || o.exit.ExitCode != tt.wantCode {
+				t.Errorf("stdout %q stderr %q exit %+v, want %q %d", o.stdout, o.stderr, o.exit, tt.wantOut, tt.wantCode)
+			}
+			waitUntil(t, func() bool { return count(starts) >= tt.wantStarts })
+			if n := count(starts); n != tt.wantStarts {
+				t.Errorf("%d processes started, want %d", n, tt.wantStarts)
+			}
+		})
 	}
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// ExecDir is the folder programs may execute files from (/tmp is
 	// noexec), where compiled programs are cached.
 	ExecDir string
+	// Prestart starts each run's process before the run comes
+	// (prestart.go): Launch with {src} (or the appended path) standing
+	// for /dev/fd/3, where the run writes its source. Preload, if set,
+	// is written there first once a program matched PreloadWhen.
+	Prestart bool
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or
@@ -112,6 +117,8 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	st := &starter{cfg: cfg, waiter: newWaiter(), attrs: attrs}
 	st.startZygote()
+	st.prestart()
+	defer st.dropPrestarted()
 	defer func() {
 		if st.zygote != nil {
 			st.zygote.stop()
@@ -220,6 +227,11 @@ type starter struct {
 	// template shares; a reset checks both still have them.
 	attrs  procAttrs
 	kernel *kernel // the kept interpreter, if one was asked for; under busy
+	// next is the pre-started process of the next run (prestart.go), and
+	// preloaded says that a program asked for Preload. Both change only
+	// while no program runs.
+	next      *prestarted
+	preloaded bool
 	// busy is held from a program's start until nothing of it is left,
 	// and by the zygote while it starts: a process is dumpable from its
 	// exec until it makes itself not, and no program may be there to
@@ -248,18 +260,20 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	}
 	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
 
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	var (
+		pid                                    int
+		wait                                   func() syscall.WaitStatus
+		stdinR, stdinW, outR, outW, errR, errW *os.File
+		next                                   = st.takePrestarted(run)
+	)
+	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
+		st.preloaded = true // for the programs pre-started from now on
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW)
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW, outR, outW)
+	if next != nil {
+		stdinW, outR, errR = next.stdinW, next.outR, next.errR
+		pid, wait = next.pid, func() syscall.WaitStatus { return <-next.ended }
+		go next.feed(run.Code)
+	} else if stdinR, stdinW, outR, outW, errR, errW, err = pipes(); err != nil {
 		return nil, err
 	}
 
@@ -269,13 +283,11 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
 	var (
-		pid      int
-		wait     func() syscall.WaitStatus
 		c        *cell
 		kstate   string
 		compiled = len(cfg.Compile) > 0 && !run.KeepState
 	)
-	if compiled {
+	if compiled || next != nil {
 		// Both phases start from the goroutine below, which closes the
 		// child's ends of the pipes once the program has them.
 	} else if run.KeepState {
@@ -293,7 +305,8 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		}
 	}
 	if wait == nil && !run.KeepState && !compiled {
-		cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
+		argv := expand(cfg.Launch, path, "")
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = env
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
@@ -367,6 +380,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 				ex.OOMKilled = true
 			}
 		}
+		st.prestart() // after the sweep: no program runs
 		st.busy.Unlock()
 		exited <- ex
 	}()
@@ -600,6 +614,21 @@ func mergeEnv(base []string, extra map[string]string) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// pipes makes a program's stdin, stdout and stderr pipes.
+func pipes() (stdinR, stdinW, outR, outW, errR, errW *os.File, err error) {
+	if stdinR, stdinW, err = os.Pipe(); err != nil {
+		return
+	}
+	if outR, outW, err = os.Pipe(); err != nil {
+		closeAll(stdinR, stdinW)
+		return
+	}
+	if errR, errW, err = os.Pipe(); err != nil {
+		closeAll(stdinR, stdinW, outR, outW)
+	}
+	return
 }
 
 func closeAll(files ...*os.File) {
