@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -23,8 +24,9 @@ type language struct {
 	stdin, out string
 	broken     string // a compile or syntax error
 	brokenErr  string // in its stderr
-	fails      string // a runtime error: "boom" in stderr
+	fails      string // a runtime error: failsErr ("boom" if empty) in stderr
 	failsCode  int
+	failsErr   string
 	loop       string
 	shell      string // runs the shell command CMD, exit 0 if it did
 	extra      func(t *testing.T, cs *mcp.ClientSession, cid string)
@@ -52,10 +54,10 @@ var languages = []language{
 	},
 	{name: "sql",
 		hello:  "SELECT 'hello';",
-		stdin:  ".import --csv /dev/stdin t\nSELECT upper(a) FROM t;",
+		stdin:  "CREATE TABLE t(a);\n.import --csv /dev/stdin t\nSELECT upper(a) FROM t;",
 		out:    ".once /data/out.txt\nSELECT 'sql';",
 		broken: "SELEC 1;", brokenErr: "syntax error",
-		fails: "SELECT abs(-9223372036854775807 - 1);", failsCode: 1,
+		fails: "SELECT abs(-9223372036854775807 - 1);", failsCode: 1, failsErr: "integer overflow",
 		loop:  ".output /dev/stderr\n.print up\n.output stdout\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c;",
 		shell: ".system CMD",
 		extra: sqlCSV,
@@ -64,7 +66,7 @@ var languages = []language{
 		hello:  "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }",
 		stdin:  "package main\n\nimport (\n\t\"fmt\"\n\t\"io\"\n\t\"os\"\n\t\"strings\"\n)\n\nfunc main() {\n\tb, _ := io.ReadAll(os.Stdin)\n\tfmt.Println(strings.ToUpper(strings.TrimSpace(string(b))))\n}",
 		out:    "package main\n\nimport \"os\"\n\nfunc main() { os.WriteFile(\"/data/out.txt\", []byte(\"go\"), 0o644) }",
-		broken: "package main\n\nfunc main() { x := 1 }", brokenErr: "declared and not used",
+		broken: "package main\n\nfunc main() { x := 1 }", brokenErr: "declared but not used",
 		fails: "package main\n\nfunc main() { panic(\"boom\") }", failsCode: 2,
 		loop:  "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"up\")\n\tfor {\n\t}\n}",
 		shell: "package main\n\nimport (\n\t\"os\"\n\t\"os/exec\"\n)\n\nfunc main() {\n\tc := exec.Command(\"sh\", \"-c\", \"CMD\")\n\tc.Stdout, c.Stderr = os.Stdout, os.Stderr\n\tif c.Run() != nil {\n\t\tos.Exit(1)\n\t}\n}",
@@ -92,7 +94,7 @@ var languages = []language{
 		hello: "#include <stdio.h>\n\nint main(void) {\n    int unused;\n    puts(\"hello\");\n    return 0;\n}", helloErr: "warning: unused variable",
 		stdin:  "#include <ctype.h>\n#include <stdio.h>\n\nint main(void) {\n    int c;\n    while ((c = getchar()) != EOF) putchar(toupper(c));\n    return 0;\n}",
 		out:    "#include <stdio.h>\n\nint main(void) {\n    FILE *f = fopen(\"/data/out.txt\", \"w\");\n    fputs(\"c\", f);\n    return fclose(f);\n}",
-		broken: "int main(void) { return x; }", brokenErr: "error: 'x' undeclared",
+		broken: "int main(void) { return x; }", brokenErr: "undeclared",
 		fails: "#include <stdio.h>\n\nint main(void) {\n    fputs(\"boom\\n\", stderr);\n    return 3;\n}", failsCode: 3,
 		loop:  "#include <stdio.h>\n\nint main(void) {\n    volatile int x = 0;\n    puts(\"up\");\n    fflush(stdout);\n    for (;;) x++;\n}",
 		shell: "#include <stdlib.h>\n\nint main(void) { return system(\"CMD\") == 0 ? 0 : 1; }",
@@ -101,7 +103,7 @@ var languages = []language{
 		hello: "#include <iostream>\n\nint main() {\n    int unused;\n    std::cout << \"hello\" << std::endl;\n}", helloErr: "warning: unused variable",
 		stdin:  "#include <algorithm>\n#include <iostream>\n#include <string>\n\nint main() {\n    std::string s;\n    std::getline(std::cin, s);\n    std::transform(s.begin(), s.end(), s.begin(), ::toupper);\n    std::cout << s << '\\n';\n}",
 		out:    "#include <fstream>\n\nint main() { std::ofstream(\"/data/out.txt\") << \"cpp\"; }",
-		broken: "int main() { return x; }", brokenErr: "error: 'x' was not declared",
+		broken: "int main() { return x; }", brokenErr: "was not declared",
 		fails: "#include <stdexcept>\n\nint main() { throw std::runtime_error(\"boom\"); }", failsCode: -1,
 		loop:  "#include <iostream>\n\nint main() {\n    volatile int x = 0;\n    std::cout << \"up\" << std::endl;\n    for (;;) x++;\n}",
 		shell: "#include <cstdlib>\n\nint main() { return std::system(\"CMD\") == 0 ? 0 : 1; }",
@@ -190,7 +192,7 @@ func TestLanguages(t *testing.T) {
 				t.Errorf("broken: %+v", r)
 			}
 			r = run(lang.fails, nil)
-			if r.Success || r.ExitCode != lang.failsCode || r.Phase != phase("run") || !strings.Contains(r.Stderr, "boom") {
+			if r.Success || r.ExitCode != lang.failsCode || r.Phase != phase("run") || !strings.Contains(r.Stderr, cmp.Or(lang.failsErr, "boom")) {
 				t.Errorf("runtime error: exit %d phase %q stderr %q, want exit %d", r.ExitCode, r.Phase, r.Stderr, lang.failsCode)
 			}
 			if lang.extra != nil {
@@ -305,8 +307,9 @@ sleep 0.3; cat /etc/hostname`
 n=0; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f" 2>/dev/null | grep -q 'zz[l]eft' && n=$((n+1)); done; echo left=$n
 echo cached=$(ls /run/runbox/cache 2>/dev/null | wc -l)`
 	// Run in the recycled sandbox of another conversation.
-	const fresh = `cat /etc/hostname; ls -A /tmp/leak /dev/shm /run/runbox/leak 2>/dev/null; ps=$(for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f"; echo; done | grep -c 'zz[l]eft\|sleep')
-echo ps=$ps cached=$(ls /run/runbox/cache 2>/dev/null | wc -l)`
+	const fresh = `cat /etc/hostname; ls -A /tmp/leak /run/runbox/leak 2>/dev/null; ls -A /dev/shm
+for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f"; echo; done | grep 'zz[l]eft\|[s]leep'
+echo cached=$(ls /run/runbox/cache 2>/dev/null | wc -l)`
 	recycled := func(host string) bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -351,8 +354,8 @@ echo ps=$ps cached=$(ls /run/runbox/cache 2>/dev/null | wc -l)`
 			if !lang.compiled {
 				cached = "cached=0"
 			}
-			if r := run("contain-c-"+lang.name, fresh); r.Stdout != host+"\nps=0 "+cached+"\n" {
-				t.Errorf("the recycled sandbox: %q, want %q (the first conversation's sandbox, nothing of it left)", r.Stdout, host+"\nps=0 "+cached)
+			if r := run("contain-c-"+lang.name, fresh); r.Stdout != host+"\n"+cached+"\n" {
+				t.Errorf("the recycled sandbox: %q, want %q (the first conversation's sandbox, nothing of it left)", r.Stdout, host+"\n"+cached)
 			}
 		})
 	}
