@@ -41,9 +41,13 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
+	only := flag.String("only", "", "measure only this part: languages (hello world in each language beyond Python, TypeScript and bash)")
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(*binDir, *out, *samples); err != nil {
+	if *only != "" && *only != "languages" {
+		log.Fatalf("bench: -only=%s: the parts are: languages", *only)
+	}
+	if err := run(*binDir, *out, *samples, *only); err != nil {
 		log.Fatal("bench: ", err)
 	}
 }
@@ -53,8 +57,8 @@ type row struct {
 	met                                      bool
 }
 
-func run(binDir, outFile string, n int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+func run(binDir, outFile string, n int, only string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	svc, err := startService(binDir, serviceOptions{executors: 1})
 	if err != nil {
@@ -67,6 +71,13 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	defer cs.Close()
+	langs, err := languageRows(ctx, cs, max(n/4, 12))
+	if err != nil {
+		return err
+	}
+	if only == "languages" {
+		return output(langs, outFile)
+	}
 	var rows []row
 
 	log.Printf("baseline: docker run --rm %s python3 -c 'print(1)'", image)
@@ -271,13 +282,15 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	rows = append(rows, scaled...)
+	return output(append(rows, langs...), outFile)
+}
 
+// output prints the table and writes it to outFile, if set.
+func output(rows []row, outFile string) error {
 	table := render(rows)
 	fmt.Print(table)
 	if outFile != "" {
-		if err := os.WriteFile(outFile, []byte(table), 0o644); err != nil {
-			return err
-		}
+		return os.WriteFile(outFile, []byte(table), 0o644)
 	}
 	return nil
 }
