@@ -6,7 +6,9 @@
 // Usage: php run-php.php SOURCE. The agent starts it before the run comes
 // (-prestart), with SOURCE /dev/fd/3: PHP's start is over when the program
 // arrives there.
-$__runbox_source = file_get_contents($argv[1]);
+// PHP resolves /dev/fd/N to the pipe it links to, which is no file: such a
+// source is read as php://fd/N.
+$__runbox_source = file_get_contents(preg_replace('#^/dev/fd/(\d+)$#', 'php://fd/$1', $argv[1]));
 if (strpos($__runbox_source, '<?') === false) {
     $__runbox_source = '<?php ' . $__runbox_source;
 }
