@@ -35,7 +35,7 @@ func TestMCP(t *testing.T) {
 				t.Errorf("runner %+v lacks image or version", l)
 			}
 		}
-		if strings.Join(langs, ",") != "bash,python,typescript" {
+		if strings.Join(langs, ",") != "bash,c,cpp,go,java,javascript,php,python,r,ruby,rust,sql,typescript" {
 			t.Errorf("languages %v", langs)
 		}
 	})

@@ -256,6 +256,25 @@ png("/data/base.png"); plot(1:10); invisible(dev.off())`}, &r)
 	if r.Stdout != "TRUE FALSE \n" {
 		t.Errorf("the program after a chart: %+v", r)
 	}
+	// What a program plants for R's start (a profile, an environ file, a
+	// user library) never runs in the R started ahead for the next one.
+	r = runCode(t, cs, map[string]any{"language": "r", "conversationId": cid, "code": `for (f in c("/data/.Rprofile", "/tmp/.Rprofile"))
+  writeLines('writeLines("ran", "/data/planted-ran.txt")', f)
+writeLines("R_PROFILE_USER=/data/.Rprofile", "/data/.Renviron")
+lib <- file.path("/tmp/R", R.version$platform, "library", "stats")
+dir.create(file.path(lib, "R"), recursive = TRUE)
+writeLines('writeLines("ran", "/data/planted-ran.txt")', file.path(lib, "R", "stats"))
+cat("planted\n")`})
+	if r.Stdout != "planted\n" {
+		t.Fatalf("plant: %+v", r)
+	}
+	for range 2 {
+		r = runCode(t, cs, map[string]any{"language": "r", "conversationId": cid,
+			"code": `cat(file.exists("/data/planted-ran.txt"), sum(grepl("^/tmp", .libPaths())), "\n")`})
+		if r.Stdout != "FALSE 0 \n" {
+			t.Errorf("after planting: %+v", r)
+		}
+	}
 }
 
 // sqlCSV: a CSV uploaded to /data is imported and queried.
