@@ -64,6 +64,20 @@ type outcome struct {
 	failed         string
 }
 
+// send starts a run with its whole stdin.
+func send(t *testing.T, c *Conn, run Run, stdin string) {
+	t.Helper()
+	if err := c.Start(run); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stdin([]byte(stdin)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // collect reads messages until the run ends.
 func collect(t *testing.T, c *Conn) outcome {
 	t.Helper()
@@ -116,15 +130,7 @@ func TestServeRuns(t *testing.T) {
 	c := startAgent(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Start(tt.run); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Stdin([]byte(tt.stdin)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.CloseStdin(); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, tt.run, tt.stdin)
 			o := collect(t, c)
 			if o.failed != "" {
 				t.Fatalf("run failed to start: %s", o.failed)

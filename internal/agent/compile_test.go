@@ -58,15 +58,7 @@ exit 0`
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Start(tt.run); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Stdin([]byte(tt.stdin)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.CloseStdin(); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, tt.run, tt.stdin)
 			if tt.kill {
 				waitUntil(t, func() bool { return count(builds) == tt.wantBuilt })
 				time.Sleep(100 * time.Millisecond)
@@ -169,15 +161,7 @@ func TestPrestartedRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Start(Run{Code: tt.code, Env: tt.env}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Stdin([]byte(tt.stdin)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.CloseStdin(); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, Run{Code: tt.code, Env: tt.env}, tt.stdin)
 			o := collect(t, c)
 			if o.stdout != tt.wantOut || o.exit.ExitCode != tt.wantCode {
 				t.Errorf("stdout %q stderr %q exit %+v, want %q %d", o.stdout, o.stderr, o.exit, tt.wantOut, tt.wantCode)
