@@ -2,7 +2,7 @@
 // from its stdin in the runner protocol (package agent), runs them one at a
 // time, and reports their output and exit on its stdout.
 //
-// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] [-compile=CMD -exec-dir=DIR] -- LAUNCH...
+// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...
 package main
 
 import (
@@ -33,8 +33,16 @@ func main() {
 	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
 	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
 	flag.Parse()
-	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") {
-		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-compile=CMD -exec-dir=DIR] -- LAUNCH...")
+	// A compiled language builds each program; a zygote forks it; a
+	// pre-started process reads it: one way per image.
+	ways := 0
+	for _, set := range []bool{*compile != "", *zygote != "", *prestart} {
+		if set {
+			ways++
+		}
+	}
+	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") || ways > 1 {
+		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...")
 		os.Exit(2)
 	}
 	// Programs run as the agent's own user. Not dumpable, the agent's
