@@ -130,7 +130,8 @@ var languages = []language{
 }
 
 // TestLanguages is the acceptance of every runner beyond Python,
-// TypeScript and bash: hello world, stdin, a file in /data that comes back
+// TypeScript and bash: hello world, stdin (given, and sent while the
+// program runs), a file in /data that comes back
 // as an artifact with a working download URL, a compile or syntax error, a
 // runtime error, a timeout and a cancel; R draws a chart that comes back
 // as an image, SQL reads a CSV from /data. Languages run in parallel.
@@ -180,6 +181,17 @@ func TestLanguages(t *testing.T) {
 			if r = run(lang.stdin, map[string]any{"stdin": "runbox\n"}); r.Stdout != "RUNBOX\n" || !r.Success {
 				t.Errorf("stdin: %+v", r)
 			}
+			// The same with its input sent while it runs.
+			st := startRun(t, cs, map[string]any{"language": lang.name, "conversationId": cid, "code": lang.stdin, "interactive": true})
+			for _, in := range []map[string]any{{"data": "run"}, {"data": "box\n", "eof": true}} {
+				in["run_id"] = st.RunID
+				if res := call(t, cs, "send_stdin", in, nil); res.IsError {
+					t.Fatalf("send_stdin: %s", text(res))
+				}
+			}
+			if res, _ := waitRun(t, cs, st.RunID); res.Stdout != "RUNBOX\n" || !res.Success {
+				t.Errorf("interactive stdin: %+v", res)
+			}
 			r = run(lang.out, nil)
 			if !r.Success || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "out.txt" {
 				t.Fatalf("out.txt: %+v", r)
@@ -203,7 +215,7 @@ func TestLanguages(t *testing.T) {
 			}
 
 			// Cancelled once it runs (its output published).
-			st := startRun(t, cs, map[string]any{"language": lang.name, "conversationId": cid, "code": lang.loop})
+			st = startRun(t, cs, map[string]any{"language": lang.name, "conversationId": cid, "code": lang.loop})
 			waitFor(t, func() bool {
 				var p progress
 				call(t, cs, "get_run", map[string]any{"run_id": st.RunID}, &p)
