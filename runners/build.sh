@@ -46,9 +46,11 @@ for lang in $langs; do
   [ "$lang" != base ] && [ -f "$lang/Dockerfile" ] || { echo "runners: no runner $lang" >&2; exit 2; }
 done
 
-# One line per chain of languages built in order; chains build in parallel.
+# One line per chain of languages built in order; chains build in
+# parallel, the longest first (GCC's chain, then Python's data stack).
 chains=$(for lang in $langs; do echo "$lang"; done | awk '
-  /^(c|cpp|rust)$/ { gcc = gcc " " $0; next } { print } END { if (gcc != "") print gcc }')
+  /^(c|cpp|rust)$/ { gcc = gcc " " $0; next } /^python$/ { py = $0; next } { rest = rest $0 "\n" }
+  END { if (gcc != "") print gcc; if (py != "") print py; printf "%s", rest }')
 export tag base_hash
 echo "$chains" | xargs -P "${RUNNER_JOBS:-3}" -I{} sh -c '
   . ./lib.sh

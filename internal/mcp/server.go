@@ -26,10 +26,12 @@ const (
 	Version = "0.1.0"
 )
 
-const instructions = `Runs Python, TypeScript and bash code in isolated sandboxes without network access.
+const instructions = `Runs Python, JavaScript, TypeScript, bash, R, SQL (SQLite), Go, Rust, Java, C, C++, Ruby and
+PHP code in isolated sandboxes without network access (list_runners says which this server has).
 Each conversation (conversationId) has a folder mounted at /data that persists between runs: files
 written there are returned with download URLs. Python has pandas, numpy, matplotlib, seaborn, scipy,
-openpyxl and reportlab. Save charts as PNG files in /data.`
+openpyxl and reportlab; R has ggplot2, dplyr and readr. Save charts as PNG files in /data. For
+compiled languages a failed build is a failed run with phase "compile".`
 
 // Server holds what the tools need.
 type Server struct {
