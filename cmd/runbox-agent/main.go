@@ -31,6 +31,7 @@ func main() {
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
 	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
 	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
+	prelude := flag.String("prelude", "", "with -prestart: code the pre-started process runs first (it starts in /: e.g. a change to the programs' folder)")
 	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
 	flag.Parse()
 	// A compiled language builds each program; a zygote forks it; a
@@ -86,6 +87,7 @@ func main() {
 		Compile:     strings.Fields(*compile),
 		ExecDir:     *execDir,
 		Prestart:    *prestart,
+		Prelude:     *prelude,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

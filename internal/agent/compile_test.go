@@ -134,13 +134,16 @@ func TestPrune(t *testing.T) {
 // environment of its own starts the ordinary way.
 func TestPrestartedRuns(t *testing.T) {
 	starts := filepath.Join(t.TempDir(), "starts")
+	dir := t.TempDir()
 	c := startAgentConfig(t, Config{
-		Launch:      []string{"sh", "-c", `echo s >> ` + starts + `; exec bash "$0"`, "{src}"},
+		// It counts its starts, and says where it started.
+		Launch:      []string{"sh", "-c", `echo s >> ` + starts + `; STARTED_IN=$PWD exec bash "$0"`, "{src}"},
 		Prestart:    true,
+		Prelude:     "cd " + dir,
 		Preload:     "PRE=loaded",
 		PreloadWhen: regexp.MustCompile(`want-preload`),
 		Ext:         "sh",
-		Dir:         t.TempDir(),
+		Dir:         dir,
 		Scratch:     t.TempDir(),
 		Env:         []string{"PATH=" + os.Getenv("PATH")},
 	})
@@ -155,9 +158,11 @@ func TestPrestartedRuns(t *testing.T) {
 		{name: "pre-started", code: `read x; echo "$0 $x ${PRE:-none}" # want-preload`, stdin: "in\n",
 			wantOut: "/dev/fd/3 in none\n", wantStarts: 2},
 		{name: "preloaded next", code: `echo ${PRE:-none}; exit 4`, wantOut: "loaded\n", wantCode: 4, wantStarts: 3},
+		{name: "started in /, runs in its folder", code: `echo $STARTED_IN; [ "$PWD" = "` + dir + `" ] && echo here`,
+			wantOut: "/\nhere\n", wantStarts: 4},
 		// The pre-started one is killed; this one and the next start.
-		{name: "own environment", code: `echo $X`, env: map[string]string{"X": "x"}, wantOut: "x\n", wantStarts: 5},
-		{name: "a long program", code: strings.Repeat("# padding\n", 20000) + "echo end", wantOut: "end\n", wantStarts: 6},
+		{name: "own environment", code: `echo $X`, env: map[string]string{"X": "x"}, wantOut: "x\n", wantStarts: 6},
+		{name: "a long program", code: strings.Repeat("# padding\n", 20000) + "echo end", wantOut: "end\n", wantStarts: 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

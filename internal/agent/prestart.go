@@ -16,7 +16,12 @@ import (
 // process (unlike a zygote it never outlives its program), it is started
 // only after the last run's sweep (or a reset), so nothing of a program
 // runs while it starts, and it is what `LAUNCH main.R` would be: the same
-// command, environment and working directory.
+// command and environment. It starts in /, not in the programs' folder:
+// during a reset the folder still holds the last conversation's files
+// (the executor empties it afterwards), and an interpreter that read
+// anything from its working directory at its start would read them. The
+// image's boot script, or Prelude, moves it to the programs' folder once
+// its program has come.
 //
 // A run that brings environment variables of its own, or keeps state,
 // does not use it: it is killed and the run starts the ordinary way.
@@ -64,7 +69,7 @@ func (st *starter) prestart() {
 	}
 	argv := expand(st.cfg.Launch, prestartSource, "")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = st.cfg.Dir
+	cmd.Dir = "/"
 	cmd.Env = st.cfg.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
 	cmd.ExtraFiles = []*os.File{srcR}
@@ -75,8 +80,11 @@ func (st *starter) prestart() {
 		closeAll(stdinW, outR, errR, srcW)
 		return
 	}
+	// Smaller than a pipe's buffer: this does not wait for it.
+	if st.cfg.Prelude != "" {
+		_, _ = srcW.WriteString(st.cfg.Prelude + "\n")
+	}
 	if st.preloaded && st.cfg.Preload != "" {
-		// Smaller than a pipe's buffer: this does not wait for it.
 		_, _ = srcW.WriteString(st.cfg.Preload + "\n")
 	}
 	st.next = &prestarted{pid: cmd.Process.Pid, ended: ended, source: srcW, stdinW: stdinW, outR: outR, errR: errR}

@@ -67,10 +67,12 @@ type Config struct {
 	// noexec), where compiled programs are cached.
 	ExecDir string
 	// Prestart starts each run's process before the run comes
-	// (prestart.go): Launch with {src} (or the appended path) standing
-	// for /dev/fd/3, where the run writes its source. Preload, if set,
-	// is written there first once a program matched PreloadWhen.
+	// (prestart.go), in /: Launch with {src} (or the appended path)
+	// standing for /dev/fd/3, where the run writes its source. Prelude,
+	// if set, is written there first, then Preload once a program
+	// matched PreloadWhen.
 	Prestart bool
+	Prelude  string
 }
 
 // zygoteWait bounds how long a run waits for the zygote (starting, or

@@ -13,5 +13,6 @@ const esm = /^\s*(import\s*[\w{*'"]|export\s)|^((const|let|var)\s[^=\n]*=\s*)?aw
 const main = '/tmp/runbox/main.' + (esm ? 'mjs' : 'cjs');
 fs.mkdirSync('/tmp/runbox', { recursive: true });
 fs.writeFileSync(main, source);
+process.chdir('/data'); // started in /, see internal/agent/prestart.go
 process.argv.splice(1, 2, main);
 require('node:module').runMain();

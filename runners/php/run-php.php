@@ -14,6 +14,7 @@ if (strpos($__runbox_source, '<?') === false) {
 }
 @mkdir('/tmp/runbox', 0700);
 file_put_contents('/tmp/runbox/main.php', $__runbox_source);
+chdir('/data'); // started in /, see internal/agent/prestart.go
 unset($__runbox_source);
 $argv = $_SERVER['argv'] = ['/tmp/runbox/main.php'];
 $argc = $_SERVER['argc'] = 1;

@@ -8,6 +8,7 @@ source = File.binread(ARGV[0])
 main = '/tmp/runbox/main.rb'
 Dir.mkdir('/tmp/runbox') unless Dir.exist?('/tmp/runbox')
 File.binwrite(main, source)
+Dir.chdir('/data') # started in /, see internal/agent/prestart.go
 ARGV.clear
 $0 = main
 load main
