@@ -13,8 +13,9 @@ import (
 
 // language is what the table below runs in one language: each program
 // does what its name says. Programs that read stdin print it upper-cased;
-// out writes "<language>" to /data/out.txt; loop prints "up", flushed,
-// then never ends.
+// out writes "<language>" to /data/out.txt (by a path relative to the
+// working directory, /data, for the interpreters started ahead, which
+// start in / and move there); loop prints "up", flushed, then never ends.
 type language struct {
 	name     string
 	compiled bool
@@ -36,7 +37,7 @@ var languages = []language{
 	{name: "javascript",
 		hello:  "console.log('hello')",
 		stdin:  "const s = require('fs').readFileSync(0, 'utf8');\nconsole.log(s.trim().toUpperCase());",
-		out:    "import { writeFileSync } from 'node:fs';\nwriteFileSync('/data/out.txt', 'javascript');",
+		out:    "import { writeFileSync } from 'node:fs';\nwriteFileSync('out.txt', 'javascript');",
 		broken: "console.log(", brokenErr: "SyntaxError",
 		fails: "throw new Error('boom');", failsCode: 1,
 		loop:  "console.log('up');\nwhile (true) {}",
@@ -45,7 +46,7 @@ var languages = []language{
 	{name: "r",
 		hello:  `cat("hello\n")`,
 		stdin:  `x <- readLines(file("stdin"))` + "\n" + `cat(toupper(x), sep = "\n")`,
-		out:    `writeLines("r", "/data/out.txt")`,
+		out:    `writeLines("r", "out.txt")`,
 		broken: "cat(", brokenErr: "unexpected end of input",
 		fails: `stop("boom")`, failsCode: 1,
 		loop:  "cat(\"up\\n\"); flush(stdout())\nrepeat {}",
@@ -111,7 +112,7 @@ var languages = []language{
 	{name: "ruby",
 		hello:  `puts "hello"`,
 		stdin:  "puts STDIN.read.strip.upcase",
-		out:    `File.write("/data/out.txt", "ruby")`,
+		out:    `File.write("out.txt", "ruby")`,
 		broken: "puts(", brokenErr: "syntax error",
 		fails: `raise "boom"`, failsCode: 1,
 		loop:  "$stdout.sync = true\nputs 'up'\nloop {}",
@@ -121,7 +122,7 @@ var languages = []language{
 		// Without the opening tag: PHP code all the same.
 		hello:  `echo "hello\n";`,
 		stdin:  "<?php\necho strtoupper(trim(stream_get_contents(STDIN))), \"\\n\";",
-		out:    `<?php file_put_contents("/data/out.txt", "php");`,
+		out:    `<?php file_put_contents("out.txt", "php");`,
 		broken: "<?php echo (;", brokenErr: "PHP Parse error",
 		fails: `<?php throw new Exception("boom");`, failsCode: 255,
 		loop:  "<?php\necho \"up\\n\";\nwhile (true) {}",
