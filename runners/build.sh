@@ -6,7 +6,9 @@
 # Usage: runners/build.sh [language...]   or   RUNNERS=python,r runners/build.sh
 # (default: every runners/<language>/Dockerfile). RUNNER_TAG (default latest)
 # tags the images runner-<language>:<tag>; an executor with the same
-# RUNNER_TAG prefers them.
+# RUNNER_TAG prefers them. A new RUNNER_EPOCH (default 0; e.g. the date)
+# rebuilds every image without the build cache, with Debian's packages of
+# the day (security updates).
 #
 # Every image starts FROM runner-base:<tag> (base/Dockerfile: the user, the
 # folders). Images are built RUNNER_JOBS (default 3) at a time; languages
@@ -37,8 +39,8 @@ fi
 mkdir -p build
 (cd .. && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o runners/build/runbox-agent ./cmd/runbox-agent)
 
-base_hash=$(hash_files base </dev/null)
-build_image "runner-base:$tag" "$base_hash" base/Dockerfile
+base_hash=$(echo "${RUNNER_EPOCH:-0}" | hash_files base)
+build_image "runner-base:$tag" "$base_hash" base/Dockerfile "EPOCH=${RUNNER_EPOCH:-0}"
 
 langs=${*:-$(echo "${RUNNERS:-}" | tr ',' ' ')}
 [ -n "$langs" ] || langs=$(for d in */Dockerfile; do dirname "$d"; done | grep -vx base)
