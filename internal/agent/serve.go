@@ -289,17 +289,20 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		kstate   string
 		compiled = len(cfg.Compile) > 0 && !run.KeepState
 	)
-	if compiled || next != nil {
-		// Both phases start from the goroutine below, which closes the
+	switch {
+	case next != nil:
+		// Running already.
+	case compiled:
+		// Its phases start from the goroutine below, which closes the
 		// child's ends of the pipes once the program has them.
-	} else if run.KeepState {
+	case run.KeepState:
 		c, kstate, err = st.startCell(run, path, env, [3]*os.File{stdinR, outW, errW})
 		if err == nil {
 			pid = c.k.pid
 		}
-	} else if z := st.zygote; z != nil {
+	case st.zygote != nil:
 		st.preloadFor(run.Code)
-		if z.waitReady(zygoteWait) {
+		if z := st.zygote; z.waitReady(zygoteWait) {
 			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
 			if ferr == nil {
 				pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
