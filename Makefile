@@ -32,6 +32,7 @@ build:
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 
 ## images: the runner images that are missing or out of date
+## (RUNNERS=python,r make images: those alone)
 images: deps
 	./runners/build.sh
 

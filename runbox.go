@@ -104,6 +104,10 @@ type Result struct {
 	// Running says that a background program still runs: the result is
 	// what it printed until it started (exit_code -1 until it ends).
 	Running        bool       `json:"running,omitempty"`
+	// Phase says, for a compiled language, which phase ended the run:
+	// PhaseCompile (the compiler failed: its messages are in stderr, its
+	// exit code is ExitCode) or PhaseRun. Empty for interpreted languages.
+	Phase          string     `json:"phase,omitempty"`
 	DurationMS     int64      `json:"duration_ms"`
 	RunID          string     `json:"run_id"`
 	ConversationID string     `json:"conversationId"`
@@ -119,6 +123,12 @@ type Result struct {
 	// is empty when the program itself decided the outcome.
 	Error string `json:"error,omitempty"`
 }
+
+// Values of Result.Phase.
+const (
+	PhaseCompile = "compile"
+	PhaseRun     = "run"
+)
 
 // Status is where a run is in its life.
 type Status string

@@ -337,6 +337,7 @@ type result struct {
 	Error           string     `json:"error"`
 	Cancelled       bool       `json:"cancelled"`
 	StateLost       bool       `json:"state_lost"`
+	Phase           string     `json:"phase"`
 }
 
 type fileInfo struct {

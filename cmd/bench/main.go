@@ -43,7 +43,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
@@ -76,6 +76,10 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	defer cs.Close()
+	langs, err := languageRows(ctx, cs, max(n/4, 12))
+	if err != nil {
+		return err
+	}
 	var rows []row
 
 	log.Printf("baseline: docker run --rm %s python3 -c 'print(1)'", image)
@@ -297,8 +301,7 @@ func run(binDir, outFile string, n int) error {
 		return err
 	}
 	rows = append(rows, gv...)
-
-	return output(rows, outFile)
+	return output(append(rows, langs...), outFile)
 }
 
 // runOnly measures the groups named in only (comma-separated).
@@ -316,6 +319,12 @@ func runOnly(binDir, only, outFile string, n int) error {
 			rows = append(rows, r)
 		case "egress":
 			r, err := egressRows(ctx, binDir, n, nil)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
+		case "languages":
+			r, err := onlyLanguages(ctx, binDir, n)
 			if err != nil {
 				return err
 			}
@@ -338,9 +347,7 @@ func output(rows []row, outFile string) error {
 	table := render(rows)
 	fmt.Print(table)
 	if outFile != "" {
-		if err := os.WriteFile(outFile, []byte(table), 0o644); err != nil {
-			return err
-		}
+		return os.WriteFile(outFile, []byte(table), 0o644)
 	}
 	return nil
 }
@@ -763,4 +770,19 @@ func versitygw() string {
 	}
 	gopath, _ := exec.Command("go", "env", "GOPATH").Output()
 	return filepath.Join(strings.TrimSpace(string(gopath)), "bin", "versitygw")
+}
+
+// onlyLanguages starts the service and measures the languages alone.
+func onlyLanguages(ctx context.Context, binDir string, n int) ([]row, error) {
+	svc, err := startService(binDir, serviceOptions{executors: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	cs, err := bench.Client{URL: svc.url, Token: svc.token}.Session(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	return languageRows(ctx, cs, max(n/4, 12))
 }

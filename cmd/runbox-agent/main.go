@@ -2,7 +2,7 @@
 // from its stdin in the runner protocol (package agent), runs them one at a
 // time, and reports their output and exit on its stdout.
 //
-// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD] -- LAUNCH...
+// Usage: runbox-agent -ext=py [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...
 //
 // RUNBOX_USER=uid:gid in its environment starts programs, the zygote and
 // its template as that user instead of the agent's own (the executor sets
@@ -33,12 +33,24 @@ func main() {
 	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
 	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
 	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
-	preload := flag.String("preload", "", "modules the zygote imports, comma-separated, once a program matches -preload-when")
+	preload := flag.String("preload", "", "modules the zygote imports, comma-separated (or, with -prestart, code), once a program matches -preload-when")
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
 	proxy := flag.String("proxy", agent.ProxyAddr, "where programs reach the executor's egress proxy, on the sandbox's loopback; empty: nowhere")
+	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
+	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
+	prelude := flag.String("prelude", "", "with -prestart: code the pre-started process runs first (it starts in /: e.g. a change to the programs' folder)")
+	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
 	flag.Parse()
-	if *ext == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] -- LAUNCH...")
+	// A compiled language builds each program; a zygote forks it; a
+	// pre-started process reads it: one way per image.
+	ways := 0
+	for _, set := range []bool{*compile != "", *zygote != "", *prestart} {
+		if set {
+			ways++
+		}
+	}
+	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") || ways > 1 {
+		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...")
 		os.Exit(2)
 	}
 	// Programs run as the agent's own user. Not dumpable, the agent's
@@ -71,6 +83,10 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	wipe := []string{"/tmp", "/dev/shm", "/dev/mqueue"}
+	if *execDir != "" {
+		wipe = append(wipe, *execDir)
+	}
 	cfg := agent.Config{
 		Launch:      flag.Args(),
 		Ext:         *ext,
@@ -83,9 +99,13 @@ func main() {
 		Preload:     *preload,
 		PreloadWhen: when,
 		Skel:        *skel,
-		Wipe:        []string{"/tmp", "/dev/shm", "/dev/mqueue"},
+		Wipe:        wipe,
 		Proxy:       *proxy,
 		User:        user,
+		Compile:     strings.Fields(*compile),
+		ExecDir:     *execDir,
+		Prestart:    *prestart,
+		Prelude:     *prelude,
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -26,10 +26,6 @@ func startAgentWith(t *testing.T, lineWait time.Duration) *Conn {
 // change, proxy connections going to onProxy.
 func startAgentConfig(t *testing.T, change func(*Config), onProxy func(net.Conn, uint32)) *Conn {
 	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	cfg := Config{
 		Launch:  []string{"bash"},
 		Ext:     "sh",
@@ -40,6 +36,16 @@ func startAgentConfig(t *testing.T, change func(*Config), onProxy func(net.Conn,
 	if change != nil {
 		change(&cfg)
 	}
+	return serveAgent(t, cfg, onProxy)
+}
+
+// serveAgent runs Serve with cfg, wired to a Conn.
+func serveAgent(t *testing.T, cfg Config, onProxy func(net.Conn, uint32)) *Conn {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, inR, outW); outW.Close() }()
 	t.Cleanup(func() {
 		inW.Close()
@@ -72,6 +78,20 @@ type outcome struct {
 	chunks         []string // stdout messages in order
 	exit           Exit
 	failed         string
+}
+
+// send starts a run with its whole stdin.
+func send(t *testing.T, c *Conn, run Run, stdin string) {
+	t.Helper()
+	if err := c.Start(run); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stdin([]byte(stdin)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // collect reads messages until the run ends.
@@ -126,15 +146,7 @@ func TestServeRuns(t *testing.T) {
 	c := startAgent(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Start(tt.run); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Stdin([]byte(tt.stdin)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.CloseStdin(); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, tt.run, tt.stdin)
 			o := collect(t, c)
 			if o.failed != "" {
 				t.Fatalf("run failed to start: %s", o.failed)

@@ -81,6 +81,9 @@ type Exit struct {
 	// StateLost is set when the run's kept interpreter died with it: it
 	// ignored an interrupt, crashed or exited.
 	StateLost bool `json:"state_lost,omitempty"`
+	// Phase says, for a compiled language, which phase ended the run:
+	// PhaseCompile (the compiler failed, or was killed) or PhaseRun.
+	Phase string `json:"phase,omitempty"`
 }
 
 // Values of Exit.Kernel.

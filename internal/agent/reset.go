@@ -49,6 +49,8 @@ func (st *starter) reset() Reset {
 		st.kernel.kill()
 		st.kernel = nil
 	}
+	st.dropPrestarted()
+	st.preloaded = false
 	r := Reset{Clean: true}
 	fail := func(format string, args ...any) {
 		if r.Clean {
@@ -104,6 +106,9 @@ func (st *starter) reset() Reset {
 		st.template = nil
 	}
 	st.startZygote()
+	if r.Clean {
+		st.prestart()
+	}
 	return r
 }
 

@@ -56,7 +56,7 @@ type Config struct {
 	// after every reset (caches), if set.
 	Skel string
 	// Wipe names the folders a reset empties: every one a program can
-	// write to but /data (/tmp, /dev/shm, /dev/mqueue).
+	// write to but /data (/tmp, /dev/shm, /dev/mqueue, ExecDir).
 	Wipe []string
 	// Proxy is where the proxy listener listens (ProxyAddr); none if
 	// empty. What connects to it reaches the executor as a proxy stream.
@@ -67,6 +67,21 @@ type Config struct {
 	// (gVisor), only another user keeps the agent's out of their reach.
 	// The agent then runs as root with the few capabilities this takes.
 	User *syscall.Credential
+	// Compile, when set, is the command that builds a program before it
+	// runs (compile.go): {src} stands for the program's file name in
+	// Scratch, its working directory, and {out} for the folder it writes
+	// to, which Launch then names as {out}.
+	Compile []string
+	// ExecDir is the folder programs may execute files from (/tmp is
+	// noexec), where compiled programs are cached.
+	ExecDir string
+	// Prestart starts each run's process before the run comes
+	// (prestart.go), in /: Launch with {src} (or the appended path)
+	// standing for /dev/fd/3, where the run writes its source. Prelude,
+	// if set, is written there first, then Preload once a program
+	// matched PreloadWhen.
+	Prestart bool
+	Prelude  string
 }
 
 // ownsSandbox reports whether the agent may kill every other process it
@@ -156,6 +171,8 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	st := &starter{cfg: cfg, waiter: newWaiter(), attrs: attrs}
 	st.startZygote()
+	st.prestart()
+	defer st.dropPrestarted()
 	defer func() {
 		if st.zygote != nil {
 			st.zygote.stop()
@@ -242,12 +259,16 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 // process is one running program, or a cell of the kept interpreter.
 type process struct {
-	pid   int // the program; for a cell, its kernel
-	cell  *cell
-	done  chan struct{} // closed when the run is over
-	stdin *stdinQueue
-	spare func() []int // pids a sweep must not kill: the zygote, the kernel
-	sweep bool
+	// mu guards pid and stopped: a compiled run starts its compiler and
+	// then its program while a kill may come.
+	mu      sync.Mutex
+	pid     int // the program (or its compiler); for a cell, its kernel
+	stopped bool
+	cell    *cell
+	done    chan struct{} // closed when the run is over
+	stdin   *stdinQueue
+	spare   func() []int // pids a sweep must not kill: the zygote, the kernel
+	sweep   bool
 }
 
 // starter starts programs: the ordinary way, or forked from a zygote.
@@ -262,6 +283,11 @@ type starter struct {
 	// template shares; a reset checks both still have them.
 	attrs  procAttrs
 	kernel *kernel // the kept interpreter, if one was asked for; under busy
+	// next is the pre-started process of the next run (prestart.go), and
+	// preloaded says that a program asked for Preload. Both change only
+	// while no program runs.
+	next      *prestarted
+	preloaded bool
 	// busy is held from a program's start until nothing of it is left,
 	// and by the zygote while it starts: a process is dumpable from its
 	// exec until it makes itself not, and no program may be there to
@@ -290,18 +316,20 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	}
 	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
 
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	var (
+		pid                                    int
+		wait                                   func() syscall.WaitStatus
+		stdinR, stdinW, outR, outW, errR, errW *os.File
+		next                                   = st.takePrestarted(run)
+	)
+	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
+		st.preloaded = true // for the programs pre-started from now on
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW)
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(stdinR, stdinW, outR, outW)
+	if next != nil {
+		stdinW, outR, errR = next.stdinW, next.outR, next.errR
+		pid, wait = next.pid, func() syscall.WaitStatus { return <-next.ended }
+		go next.feed(run.Code)
+	} else if stdinR, stdinW, outR, outW, errR, errW, err = pipes(); err != nil {
 		return nil, err
 	}
 
@@ -311,27 +339,33 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
 	var (
-		pid    int
-		wait   func() syscall.WaitStatus
-		c      *cell
-		kstate string
+		c        *cell
+		kstate   string
+		compiled = len(cfg.Compile) > 0 && !run.KeepState
 	)
-	if run.KeepState {
+	switch {
+	case next != nil:
+		// Running already.
+	case compiled:
+		// Its phases start from the goroutine below, which closes the
+		// child's ends of the pipes once the program has them.
+	case run.KeepState:
 		c, kstate, err = st.startCell(run, path, env, [3]*os.File{stdinR, outW, errW})
 		if err == nil {
 			pid = c.k.pid
 		}
-	} else if z := st.zygote; z != nil {
+	case st.zygote != nil:
 		st.preloadFor(run.Code)
-		if z.waitReady(zygoteWait) {
+		if z := st.zygote; z.waitReady(zygoteWait) {
 			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
 			if ferr == nil {
 				pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
 			}
 		}
 	}
-	if wait == nil && !run.KeepState {
-		cmd := exec.Command(cfg.Launch[0], append(cfg.Launch[1:], path)...)
+	if wait == nil && !run.KeepState && !compiled {
+		argv := expand(cfg.Launch, path, "")
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = env
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
@@ -344,7 +378,9 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			wait = func() syscall.WaitStatus { return <-ended }
 		}
 	}
-	closeAll(stdinR, outW, errW) // the child holds its own copies
+	if !compiled {
+		closeAll(stdinR, outW, errW) // the child holds its own copies
+	}
 	if err != nil {
 		closeAll(stdinW, outR, errR)
 		return nil, fmt.Errorf("start program: %w", err)
@@ -370,8 +406,10 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 
 	go func() {
 		var ws syscall.WaitStatus
-		lost := false
-		if c != nil {
+		lost, phase := false, ""
+		if compiled {
+			ws, phase = st.compiledRun(p, run, env, [3]*os.File{stdinR, outW, errW})
+		} else if c != nil {
 			ws, lost = c.wait()
 			if lost {
 				st.kernel = nil
@@ -392,7 +430,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			closeAll(outR, errR)
 			<-drained
 		}
-		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean, Kernel: kstate, StateLost: lost}
+		ex := Exit{ExitCode: ws.ExitStatus(), Clean: clean, Kernel: kstate, StateLost: lost, Phase: phase}
 		if ws.Signaled() {
 			ex.ExitCode, ex.Signal = -1, int(ws.Signal())
 		}
@@ -401,6 +439,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 				ex.OOMKilled = true
 			}
 		}
+		st.prestart() // after the sweep: no program runs
 		st.busy.Unlock()
 		exited <- ex
 	}()
@@ -483,6 +522,22 @@ func writeProgram(dir, name, code string, owner *syscall.Credential) error {
 	return nil
 }
 
+// launch starts cmd as the run's current process, unless the run was
+// stopped.
+func (p *process) launch(w waiter, cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, errStopped
+	}
+	ended, err := w.start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p.pid = cmd.Process.Pid
+	return ended, nil
+}
+
 // stop is what a kill frame does: a program is killed with what it
 // started; a cell is interrupted, and its kernel killed if it does not
 // stop in time.
@@ -505,10 +560,14 @@ func (p *process) end() {
 // kill ends the program's process group (a cell's kernel is spared) and,
 // when sweeping, every other process in the sandbox but init, the agent,
 // the zygote and the kernel. It reports whether the sandbox was then found
-// to hold nothing else.
+// to hold nothing else. No phase of the run starts after it.
 func (p *process) kill() bool {
-	if p.cell == nil {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.mu.Lock()
+	p.stopped = true
+	pid := p.pid
+	p.mu.Unlock()
+	if p.cell == nil && pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	if !p.sweep {
 		return false
@@ -619,6 +678,21 @@ func mergeEnv(base []string, extra map[string]string) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// pipes makes a program's stdin, stdout and stderr pipes.
+func pipes() (stdinR, stdinW, outR, outW, errR, errW *os.File, err error) {
+	if stdinR, stdinW, err = os.Pipe(); err != nil {
+		return
+	}
+	if outR, outW, err = os.Pipe(); err != nil {
+		closeAll(stdinR, stdinW)
+		return
+	}
+	if errR, errW, err = os.Pipe(); err != nil {
+		closeAll(stdinR, stdinW, outR, outW)
+	}
+	return
 }
 
 func closeAll(files ...*os.File) {

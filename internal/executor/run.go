@@ -322,6 +322,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	default:
 		st.result.ExitCode = oc.ExitCode
 		st.result.OOMKilled = oc.OOMKilled
+		st.result.Phase = oc.Phase
 		st.result.Success = oc.ExitCode == 0 && !oc.OOMKilled
 		st.status = runbox.StatusFailed
 		if st.result.Success {

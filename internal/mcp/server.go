@@ -26,12 +26,14 @@ const (
 	Version = "0.1.0"
 )
 
-const instructions = `Runs Python, TypeScript and bash code in isolated sandboxes without network access.
+const instructions = `Runs Python, JavaScript, TypeScript, bash, R, SQL (SQLite), Go, Rust, Java, C, C++, Ruby and
+PHP code in isolated sandboxes without network access (list_runners says which this server has).
 Each conversation (conversationId) has a folder mounted at /data that persists between runs: files
 written there are returned with download URLs. Python has pandas, numpy, matplotlib, seaborn, scipy,
-openpyxl and reportlab. Save charts as PNG files in /data. Where the operator allows it, a run may
-reach named domains over HTTP(S) (network: {allowed_domains}) and install pip or npm packages
-(packages); a domain outside the client's allowlist is refused with egress_denied.`
+openpyxl and reportlab; R has ggplot2, dplyr and readr. Save charts as PNG files in /data. For
+compiled languages a failed build is a failed run with phase "compile". Where the operator allows it,
+a run may reach named domains over HTTP(S) (network: {allowed_domains}) and install pip or npm
+packages (packages); a domain outside the client's allowlist is refused with egress_denied.`
 
 // Server holds what the tools need.
 type Server struct {
@@ -59,7 +61,9 @@ func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, 
 	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
 		Name: "run_code",
 		Description: "Run a program and wait for it to finish. Returns stdout, stderr, the exit code and every file " +
-			"in /data with a download URL. language is python, typescript or bash. Pass the same conversationId " +
+			"in /data with a download URL. language is python, javascript, typescript, bash, r, sql, go, rust, java, c, " +
+			"cpp, ruby or php (list_runners says which this server offers). For compiled languages a failed build is a " +
+			"failed run with phase \"compile\" and the compiler's messages in stderr. Pass the same conversationId " +
 			"to keep working with the same files. The program has no network unless network.allowed_domains names " +
 			"what it may reach; packages installs pip/npm packages into the conversation first.",
 	}), s.runCode)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,13 +51,21 @@ var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // aliases map the names clients use for a language to the runner's.
 var aliases = map[string]string{
 	"py": "python", "python3": "python",
-	"ts": "typescript", "javascript": "typescript", "js": "typescript", "node": "typescript",
+	"ts": "typescript",
+	"js": "javascript", "node": "javascript", "nodejs": "javascript",
 	"sh": "bash", "shell": "bash",
+	"golang": "go", "rs": "rust", "c++": "cpp", "cxx": "cpp",
+	"rb": "ruby", "sqlite": "sql", "sqlite3": "sql",
 }
+
+// fallbacks run a language on another runner when no executor offers its
+// own: JavaScript is TypeScript without types, and ran on the TypeScript
+// runner before there was a JavaScript one.
+var fallbacks = map[string]string{"javascript": "typescript"}
 
 // Request is what a client sends to run a program: run_code's arguments.
 type Request struct {
-	Language       string            `json:"language" jsonschema:"python, typescript or bash"`
+	Language       string            `json:"language" jsonschema:"python, javascript, typescript, bash, r, sql, go, rust, java, c, cpp, ruby or php (list_runners says which this server offers)"`
 	Code           string            `json:"code" jsonschema:"the program's source code"`
 	ConversationID string            `json:"conversationId,omitempty" jsonschema:"conversation whose /data the program sees; made if omitted and returned"`
 	SessionID      string            `json:"session_id,omitempty" jsonschema:"another name for conversationId"`
@@ -156,7 +165,7 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 	case len(spec.Stdin) > s.limits.MaxStdinBytes:
 		return spec, runbox.Errorf(runbox.ETooLarge, "stdin is %d bytes; the limit is %d", len(spec.Stdin), s.limits.MaxStdinBytes)
 	case spec.KeepState && spec.Language != "python":
-		return spec, runbox.Errorf(runbox.EInvalid, "keep_state is for python only")
+		return spec, runbox.Errorf(runbox.EInvalid, "keep_state is for python only; %s runs every program in a fresh process", truncate(spec.Language, 40))
 	case spec.KeepState && (spec.Parallel || spec.Detach):
 		// The kept interpreter runs one cell at a time, in order.
 		return spec, runbox.Errorf(runbox.EInvalid, "keep_state runs take their turn in the conversation")
@@ -231,7 +240,7 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if len(idempotencyKey) > 200 {
 		return runbox.Run{}, runbox.Errorf(runbox.EInvalid, "idempotency_key is longer than 200 bytes")
 	}
-	if err := s.checkLanguage(ctx, spec.Language); err != nil {
+	if spec.Language, err = s.checkLanguage(ctx, spec.Language); err != nil {
 		return runbox.Run{}, err
 	}
 	return s.enqueue(ctx, spec, idempotencyKey)
@@ -270,22 +279,27 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	return public(run), nil
 }
 
-func (s *Service) checkLanguage(ctx context.Context, lang string) error {
+// checkLanguage returns the runner's language that runs lang: lang, or its
+// fallback when no executor offers lang itself.
+func (s *Service) checkLanguage(ctx context.Context, lang string) (string, error) {
 	runners, err := s.store.Runners(ctx)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if len(runners) == 0 {
-		return runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
+		return "", runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
 	}
 	names := make([]string, len(runners))
 	for i, r := range runners {
-		if r.Language == lang {
-			return nil
-		}
 		names[i] = r.Language
 	}
-	return runbox.Errorf(runbox.EUnknownLanguage, "unknown language %q; available: %s",
+	switch {
+	case slices.Contains(names, lang):
+		return lang, nil
+	case fallbacks[lang] != "" && slices.Contains(names, fallbacks[lang]):
+		return fallbacks[lang], nil
+	}
+	return "", runbox.Errorf(runbox.EUnknownLanguage, "unknown language %q; available: %s",
 		truncate(lang, 40), strings.Join(names, ", "))
 }
 

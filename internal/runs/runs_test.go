@@ -30,6 +30,9 @@ func TestNormalize(t *testing.T) {
 			return s.Language == "python" && s.TimeoutSeconds == 60 && strings.HasPrefix(s.ConversationID, "sess_") && len(s.ConversationID) == 17
 		}},
 		{"alias", runbox.Spec{Language: "ts", Code: "x"}, "", func(s runbox.Spec) bool { return s.Language == "typescript" }},
+		{"javascript alias", runbox.Spec{Language: "Node", Code: "x"}, "", func(s runbox.Spec) bool { return s.Language == "javascript" }},
+		{"c++ alias", runbox.Spec{Language: "C++", Code: "x"}, "", func(s runbox.Spec) bool { return s.Language == "cpp" }},
+		{"keep_state beyond python", runbox.Spec{Language: "r", Code: "x", KeepState: true}, runbox.EInvalid, nil},
 		{"given conversation", runbox.Spec{Language: "bash", Code: "x", ConversationID: "abc_DEF-1"}, "", func(s runbox.Spec) bool { return s.ConversationID == "abc_DEF-1" }},
 		{"no language", runbox.Spec{Code: "x"}, runbox.EInvalid, nil},
 		{"empty code", runbox.Spec{Language: "bash", Code: " \n\t"}, runbox.EInvalid, nil},
@@ -82,6 +85,16 @@ func TestSubmit(t *testing.T) {
 	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}, ""); runbox.ErrorCode(err) != runbox.EUnknownLanguage ||
 		!strings.Contains(runbox.ErrorMessage(err), "available: python") {
 		t.Fatalf("unknown language: %v", err)
+	}
+	// JavaScript runs on the TypeScript runner where no executor offers
+	// its own, and on its own where one does.
+	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ts", Runners: []runbox.Runner{{Language: "typescript"}}}, time.Minute)
+	if r, err := s.Submit(ctx, runbox.Spec{Language: "js", Code: "x"}, ""); err != nil || r.Language != "typescript" {
+		t.Fatalf("javascript without its runner: %+v, %v", r, err)
+	}
+	st.Heartbeat(ctx, store.ExecutorInfo{ID: "js", Runners: []runbox.Runner{{Language: "javascript"}}}, time.Minute)
+	if r, err := s.Submit(ctx, runbox.Spec{Language: "javascript", Code: "x"}, ""); err != nil || r.Language != "javascript" {
+		t.Fatalf("javascript with its runner: %+v, %v", r, err)
 	}
 	run, err := s.Submit(ctx, spec, "")
 	if err != nil {

@@ -29,6 +29,14 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 		limits.NanoCPUs = min(limits.NanoCPUs, TemplateNanoCPUs)
 	}
 	pids := limits.Pids
+	tmpfs := map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize}
+	m.mu.Lock()
+	if size := m.execTmpfs[runner.Language]; size != "" {
+		// Without noexec: compiled programs run from here. Its pages
+		// count against the sandbox's memory, as /tmp's do.
+		tmpfs[ExecDir] = fmt.Sprintf("rw,nosuid,nodev,exec,size=%s,uid=%d,gid=%d,mode=0700", size, UID, GID)
+	}
+	m.mu.Unlock()
 	opts := client.ContainerCreateOptions{
 		// A conversation key may hold '~', and a template's key '@', which
 		// container names may not.
@@ -57,7 +65,7 @@ func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.Cont
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true,
-			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize},
+			Tmpfs:          tmpfs,
 			IpcMode:        "private",
 			// The agent is PID 1 and reaps orphans itself: docker-init
 			// would run as the programs' user, within their reach.

@@ -93,6 +93,9 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	mu.Unlock()
 	if exit != nil {
 		oc.Kernel, oc.StateLost = exit.Kernel, exit.StateLost
+		if exit.Phase == agent.PhaseCompile || exit.Phase == agent.PhaseRun {
+			oc.Phase = exit.Phase // nothing else the sandbox says
+		}
 	}
 	switch {
 	case oc.TimedOut || oc.Cancelled:

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,6 +42,10 @@ const (
 	// LabelTemplatePort the port its dev server listens on.
 	LabelTemplate     = "sandbox.template"
 	LabelTemplatePort = "sandbox.template.port"
+	// LabelExecTmpfs asks for a tmpfs programs may execute files from,
+	// of the size given (e.g. 64m), at ExecDir: compiled languages run
+	// their programs from there (/tmp is noexec).
+	LabelExecTmpfs = "runbox.exec-tmpfs"
 
 	LabelManaged      = "runbox.managed"
 	LabelExecutor     = "runbox.executor"
@@ -63,6 +68,8 @@ const (
 	helloTimeout  = 30 * time.Second // container start and agent boot
 	removeTimeout = 30 * time.Second
 	tmpfsSize     = "64m"
+	// ExecDir is where the exec tmpfs of LabelExecTmpfs is mounted.
+	ExecDir = "/run/runbox"
 )
 
 // Docker is the part of the Docker Engine API the sandbox uses;
@@ -143,6 +150,9 @@ type Manager struct {
 	open      map[*sandbox]struct{} // sandboxes started and not yet discarded, in use or not
 	warm      map[warmKey]*sandbox  // idle sandboxes, ready for their conversation
 	held      map[string]int        // conversations with runs under way here (Hold), and how many
+	// execTmpfs is the size of the exec tmpfs each language's image asks
+	// for (LabelExecTmpfs), by language; none if absent.
+	execTmpfs map[string]string
 	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
 	demand    *demand               // how many the pool should hold
 }
@@ -179,7 +189,7 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runner images: %w", err)
 	}
-	found, templates := map[string]runbox.Runner{}, map[string]runbox.Template{}
+	found, templates, execTmpfs := map[string]runbox.Runner{}, map[string]runbox.Template{}, map[string]string{}
 	for _, img := range res.Items {
 		if len(img.RepoTags) == 0 {
 			continue
@@ -206,6 +216,14 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 			continue
 		}
 		found[lang] = runbox.Runner{Language: lang, Image: tag, Version: img.Labels[LabelVersion]}
+		delete(execTmpfs, lang)
+		if size := img.Labels[LabelExecTmpfs]; size != "" {
+			if !tmpfsSizePattern.MatchString(size) {
+				m.log.Warn("ignoring a runner image's exec tmpfs size", "image", tag, "size", size)
+				continue
+			}
+			execTmpfs[lang] = size
+		}
 	}
 	out := slices.Collect(maps.Values(found))
 	slices.SortFunc(out, func(a, b runbox.Runner) int { return cmp.Compare(a.Language, b.Language) })
@@ -215,7 +233,7 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 		found[TemplateKey(t.Name)] = runbox.Runner{Language: TemplateKey(t.Name), Image: t.Image}
 	}
 	m.mu.Lock()
-	m.runners, m.templates = found, tpls
+	m.runners, m.templates, m.execTmpfs = found, tpls, execTmpfs
 	m.mu.Unlock()
 	return out, nil
 }
@@ -253,6 +271,9 @@ func validTemplateName(name string) bool {
 	}
 	return true
 }
+
+// tmpfsSizePattern is what LabelExecTmpfs may say: a size as tmpfs takes it.
+var tmpfsSizePattern = regexp.MustCompile(`^[1-9][0-9]{0,5}[kmg]$`)
 
 // Request is a program to run.
 type Request struct {
@@ -300,6 +321,9 @@ type Outcome struct {
 	Kernel string
 	// StateLost is set when the kept interpreter died with the run.
 	StateLost bool
+	// Phase is, for a compiled language, the phase that ended the run:
+	// agent.PhaseCompile or agent.PhaseRun; empty when unknown.
+	Phase string
 	// unclean is set when the agent could not show that nothing of the
 	// program is left; the sandbox is then removed, never reused.
 	unclean bool

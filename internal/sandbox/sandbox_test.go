@@ -159,6 +159,41 @@ func TestRunLanguages(t *testing.T) {
 	}
 }
 
+// TestExecFolder: the sandbox of a compiled language (its image asks for
+// an exec tmpfs) builds and runs programs from that folder, /tmp staying
+// noexec, and says which phase ended a run; other sandboxes have no such
+// folder.
+func TestExecFolder(t *testing.T) {
+	m, _ := newManager(t, defaultLimits)
+	for lang, want := range map[string]bool{"c": true, "bash": false} {
+		if _, ok := m.containerConfig(m.runners[lang], Request{}).HostConfig.Tmpfs[ExecDir]; ok != want {
+			t.Errorf("%s: exec tmpfs %v, want %v", lang, ok, want)
+		}
+	}
+	dir := dataDir(t)
+	tests := []struct {
+		name, lang, code, wantOut, wantErr, wantPhase string
+		wantCode                                      int
+	}{
+		{name: "runs from the exec folder, /tmp stays noexec", lang: "c",
+			code:    "#include <stdio.h>\n#include <stdlib.h>\nint main(void) {\n    puts(\"hi\"); fflush(stdout);\n    if (system(\"cp /bin/true /tmp/t && /tmp/t 2>/dev/null\") != 0) puts(\"noexec\");\n}",
+			wantOut: "hi\nnoexec\n", wantPhase: "run"},
+		{name: "a compile error", lang: "c", code: "int main(void) { return x; }", wantErr: "undeclared", wantPhase: "compile", wantCode: 1},
+		{name: "no exec folder elsewhere", lang: "bash", code: "touch /run/runbox/x 2>/dev/null || echo none", wantOut: "none\n"},
+	}
+	for _, tt := range tests {
+		var c capture
+		oc, err := m.Run(context.Background(), Request{RunID: rand.Text()[:10], ConversationID: "c", Language: tt.lang, Code: tt.code,
+			Timeout: 60 * time.Second, DataDir: dir}, c.output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oc.ExitCode != tt.wantCode || oc.Phase != tt.wantPhase || c.stdout.String() != tt.wantOut || !strings.Contains(c.stderr.String(), tt.wantErr) {
+			t.Errorf("%s: %+v stdout %q stderr %q", tt.name, oc, c.stdout.String(), c.stderr.String())
+		}
+	}
+}
+
 func TestRunTimeoutKillsSandbox(t *testing.T) {
 	m, _ := newManager(t, defaultLimits)
 	start := time.Now()
