@@ -103,7 +103,7 @@ type Result struct {
 	StateLost bool `json:"state_lost,omitempty"`
 	// Running says that a background program still runs: the result is
 	// what it printed until it started (exit_code -1 until it ends).
-	Running        bool       `json:"running,omitempty"`
+	Running bool `json:"running,omitempty"`
 	// Phase says, for a compiled language, which phase ended the run:
 	// PhaseCompile (the compiler failed: its messages are in stderr, its
 	// exit code is ExitCode) or PhaseRun. Empty for interpreted languages.
