@@ -30,6 +30,15 @@ const (
 	ENotListening = "not_listening"
 	// ETemplateUnavailable: a project template this installation lacks.
 	ETemplateUnavailable = "template_unavailable"
+	// EUnsupported: a setting the service cannot enforce, so it refuses
+	// it rather than ignore it.
+	EUnsupported = "unsupported"
+	// ETooManyExecutions: a session, or the server, runs as many commands
+	// (execute_code) as it may at once.
+	ETooManyExecutions = "too_many_executions"
+	// EMaxSessions: the Python sandbox PRD's refusal of a new
+	// conversation past SANDBOX_MAX_SESSIONS.
+	EMaxSessions = "max_sessions"
 )
 
 // The security gateway's codes, which its tools (the git and project

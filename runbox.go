@@ -45,6 +45,24 @@ type Spec struct {
 	// ends when cancelled, closed, idle past SANDBOX_SERVER_TTL, or out of
 	// time (its timeout: what the client's tier has left).
 	Background bool `json:"background,omitempty"`
+	// Command marks a shell command of the commands tools (execute_code):
+	// its time limit is theirs (SANDBOX_TIMEOUT), not run_code's.
+	Command bool `json:"command,omitempty"`
+	// Filesystem narrows what the program may read and write inside its
+	// sandbox; nil: what the sandbox allows.
+	Filesystem *Filesystem `json:"filesystem,omitempty"`
+}
+
+// Filesystem is what a program may write and read inside its sandbox,
+// enforced by the kernel (Landlock) on the program and all it starts.
+// Paths are absolute; each names a file or a folder and all beneath it.
+type Filesystem struct {
+	// AllowWrite, when not nil, are the only places the program may
+	// write: an empty list, nowhere (so it is kept as [], never omitted).
+	AllowWrite []string `json:"allow_write"`
+	// DenyRead and DenyWrite are places it may not read, or write.
+	DenyRead  []string `json:"deny_read,omitempty"`
+	DenyWrite []string `json:"deny_write,omitempty"`
 }
 
 // Network is what a run may reach outside its sandbox.
@@ -72,6 +90,10 @@ type Egress struct {
 	// failed.
 	Reason string `json:"reason,omitempty"`
 }
+
+// TermGrace is how long a program asked to stop (SIGTERM: a cancel
+// without force) has before it is killed.
+const TermGrace = 5 * time.Second
 
 // Timeout is the run's wall-clock limit.
 func (s Spec) Timeout() time.Duration { return time.Duration(s.TimeoutSeconds) * time.Second }

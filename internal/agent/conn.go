@@ -146,6 +146,10 @@ func (c *Conn) Reset() error {
 // Kill asks the agent to kill the running program.
 func (c *Conn) Kill() error { return c.w.write(frameKill, nil) }
 
+// Term asks the agent to send the running program, and what it started,
+// SIGTERM; it ends as it will (or is killed by the executor later).
+func (c *Conn) Term() error { return c.w.write(frameTerm, nil) }
+
 // Close ends every stream. The sandbox is going.
 func (c *Conn) Close() { c.mux.close() }
 

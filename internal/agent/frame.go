@@ -27,6 +27,7 @@ const (
 	frameStdin = 'I' // executor → agent: bytes for the program's stdin
 	frameEOF   = 'E' // executor → agent: close the program's stdin
 	frameKill  = 'K' // executor → agent: kill the program and what it started
+	frameTerm  = 'T' // executor → agent: ask the program and what it started to stop (SIGTERM)
 	frameReset = 'Z' // executor → agent: reset the sandbox for another conversation (reset.go)
 	// frameMuxIn ('M') and frameMuxOut ('m') carry streams (mux.go).
 

@@ -243,6 +243,10 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 				if cur != nil {
 					cur.stop()
 				}
+			case frameTerm:
+				if cur != nil {
+					cur.term()
+				}
 			case frameReset:
 				r := Reset{Reason: "a program is running"}
 				if cur == nil {
@@ -547,6 +551,21 @@ func (p *process) stop() {
 		return
 	}
 	p.kill()
+}
+
+// term is what a term frame does: the program's process group gets
+// SIGTERM, to end as it will; a cell is interrupted, as by stop.
+func (p *process) term() {
+	if p.cell != nil {
+		p.cell.k.interrupt(p.done)
+		return
+	}
+	p.mu.Lock()
+	pid, stopped := p.pid, p.stopped
+	p.mu.Unlock()
+	if pid > 0 && !stopped {
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+	}
 }
 
 // end kills the run outright, a cell's kernel included.

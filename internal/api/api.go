@@ -32,6 +32,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/preview"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
+	"github.com/runbox-dev/runbox/internal/sessions"
 )
 
 //go:embed playground.html
@@ -74,6 +75,9 @@ type Options struct {
 	// whose Host is a preview host, and nothing else does.
 	Previews      *preview.Service
 	PreviewRouter *preview.Router
+	// Sessions keeps the MCP sessions of Streamable HTTP (session.go);
+	// nil: every call is sessionless.
+	Sessions *sessions.Service
 }
 
 // Server handles the service's HTTP requests.
@@ -114,7 +118,7 @@ func New(opts Options) *Server {
 		&mcpsdk.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
 	sse := mcpsdk.NewSSEHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
 		&mcpsdk.SSEOptions{DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
-	authed.Any("/mcp", echo.WrapHandler(withCaller(streamable)))
+	authed.Any("/mcp", echo.WrapHandler(withCaller(s.withSessions(streamable))))
 	authed.Any("/mcp/events", echo.WrapHandler(s.closeOnShutdown(sse)))
 
 	v1 := authed.Group("/v1", s.recordRequests, s.countCalls)
@@ -373,6 +377,8 @@ var status = map[string]int{
 	runbox.EUnauthorized:     http.StatusUnauthorized,
 	runbox.EEgressDenied:     http.StatusForbidden,
 	runbox.EForbidden:        http.StatusForbidden,
+	runbox.EUnsupported:      http.StatusBadRequest,
+	runbox.EMaxSessions:      http.StatusTooManyRequests,
 	runbox.EInternal:         http.StatusInternalServerError,
 }
 

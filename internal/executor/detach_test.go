@@ -224,7 +224,7 @@ func TestDetachedRunHoldsNoSlot(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		id := r.submit(runbox.Spec{ConversationID: "conv", Code: "sleep 60", Detach: true})
 		r.waitEvent(id, runbox.EventDetached)
-		if err := r.store.RequestCancel(ctx, id); err != nil {
+		if err := r.store.RequestCancel(ctx, id, false); err != nil {
 			t.Fatal(err)
 		}
 		if run := r.wait(id); run.Status != runbox.StatusCancelled {

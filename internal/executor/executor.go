@@ -226,7 +226,10 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.watchdog,
 		&poolFiller{e: e},
 		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
-			handle: func(id string) { e.cancel(id, errUserCancel) }, log: e.log},
+			handle: func(msg string) {
+				c := store.ParseCancel(msg)
+				e.cancel(c.ID, userCancel(c))
+			}, log: e.log},
 		&subscriber{name: "closed conversations", subscribe: e.store.SubscribeClosed, handle: e.dropClosed, log: e.log},
 	}
 	if eg := e.cfg.Egress; eg != nil && eg.Proxy != nil {

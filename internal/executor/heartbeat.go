@@ -51,7 +51,7 @@ func (e *Executor) renew(ctx context.Context) {
 	if err != nil {
 		e.log.Warn("read cancellations", "err", err)
 	}
-	for _, id := range cancelled {
-		e.cancel(id, errUserCancel)
+	for _, c := range cancelled {
+		e.cancel(c.ID, userCancel(c))
 	}
 }

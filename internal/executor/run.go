@@ -402,8 +402,20 @@ func (e *Executor) prepare(ctx context.Context, spec runbox.Spec) (string, []fil
 	return dir, before, e.sandboxes.Hold(cid), nil
 }
 
-// errUserCancel is the cause of a cancellation a client asked for.
-var errUserCancel = errors.New("cancelled")
+// errUserCancel is the cause of a cancellation a client asked for;
+// errUserTerm of one that asks the program to stop first.
+var (
+	errUserCancel = errors.New("cancelled")
+	errUserTerm   = fmt.Errorf("%w: %w", errUserCancel, sandbox.ErrTerminate)
+)
+
+// userCancel is the cause of a client's cancellation.
+func userCancel(c store.CancelRequest) error {
+	if c.Graceful {
+		return errUserTerm
+	}
+	return errUserCancel
+}
 
 // errQuota is the cause of stopping a run whose files reached the quota.
 var errQuota = errors.New("quota exceeded")

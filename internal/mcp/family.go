@@ -19,6 +19,9 @@ type ToolSpec struct {
 	ReadOnly, Destructive, Idempotent bool
 	// OpenWorld says the tool reaches outside the service.
 	OpenWorld bool
+	// Egress says the tool's programs may ask to reach outside the
+	// service: it is open-world where the operator lets clients ask.
+	Egress bool
 	// Codes renames runbox's error codes in this tool's errors, those of
 	// the middleware included (rate_limited …), for clients written to
 	// another specification. A code it does not name is kept.
@@ -38,7 +41,7 @@ func AddTool[In, Out any](s *Server, t *mcpsdk.Tool, spec ToolSpec, h func(conte
 	}
 	s.codes[t.Name] = spec.Codes
 	info := toolInfo{out: spec.Out, readOnly: spec.ReadOnly, destructive: spec.Destructive,
-		idempotent: spec.Idempotent, openWorld: spec.OpenWorld}
+		idempotent: spec.Idempotent, openWorld: spec.OpenWorld, egress: spec.Egress}
 	name := t.Name
 	mcpsdk.AddTool(s.sdk, s.describeWith(t, info), func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
 		out, err := h(ctx, in)

@@ -49,7 +49,7 @@ func (s *Server) recordCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 		str := func(k string) string { v, _ := args[k].(string); return v }
 		call, err := s.Audit.Begin(ctx, audit.Entry{
 			Client: auth.Client(ctx), Tool: r.Params.Name,
-			Conversation: cmp.Or(str("conversationId"), str("session_id"), str("sandbox_id")), RunID: str("run_id"),
+			Conversation: cmp.Or(str("conversationId"), str("session_id"), str("sandbox_id")), RunID: cmp.Or(str("run_id"), str("execution_id")),
 			Params: audit.Sanitize(args),
 		})
 		if err != nil {
@@ -65,6 +65,9 @@ func (s *Server) recordCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 			if tr, ok := res.(*mcpsdk.CallToolResult); ok {
 				if m, ok := structured(tr.StructuredContent); ok {
 					runID, _ = m["run_id"].(string)
+					if runID == "" {
+						runID, _ = m["execution_id"].(string)
+					}
 					if tr.IsError {
 						code, _ = m["error"].(string)
 						code = cmp.Or(code, runbox.EInternal)

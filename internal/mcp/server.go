@@ -18,6 +18,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/runs"
+	"github.com/runbox-dev/runbox/internal/sessions"
 )
 
 // Name and Version identify the server to clients.
@@ -49,12 +50,29 @@ type Server struct {
 	// codes rename error codes, by tool, for the tools of families that
 	// speak another specification's dialect (AddTool).
 	codes map[string]map[string]string
+	// Sessions, when set before use, ends the sessions of the transports
+	// this process holds when they close.
+	Sessions *sessions.Service
+	held     held
+	// input takes send_stdin's execution_id/input_data (the commands
+	// tools'), when a family serves them (SetExecutionInput).
+	input ExecutionInput
 }
+
+// ExecutionInput sends input to an execution of the caller's session.
+type ExecutionInput interface {
+	SendInput(ctx context.Context, executionID, data string, eof bool) error
+}
+
+// SetExecutionInput has send_stdin take execution_id and input_data too,
+// for in.
+func (s *Server) SetExecutionInput(in ExecutionInput) { s.input = in }
 
 // New builds the MCP server with every tool.
 // stopping ends when the api stops.
 func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, log *slog.Logger) *Server {
-	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping, codes: map[string]map[string]string{}}
+	s := &Server{runs: rs, convs: cs, log: log.With("component", "mcp"), stopping: stopping, codes: map[string]map[string]string{},
+		held: held{refs: map[*mcpsdk.ServerSession]sessions.Ref{}}}
 	s.sdk = mcpsdk.NewServer(&mcpsdk.Implementation{Name: Name, Version: Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 	})
@@ -94,9 +112,9 @@ func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, 
 		Description: "Send input to a run started with interactive: true; eof: true closes its stdin.",
 	}), s.sendStdin)
 	addFileTools(s)
-	// Outermost first: a call is recorded before it is counted, so that a
-	// refused call is in the log too.
-	s.sdk.AddReceivingMiddleware(aliases, s.recordCalls, s.countCalls)
+	// Outermost first: a call knows its session, then is recorded before
+	// it is counted, so that a refused call is in the log too.
+	s.sdk.AddReceivingMiddleware(s.sessionScope, aliases, s.recordCalls, s.countCalls)
 	return s
 }
 
@@ -209,15 +227,29 @@ func (s *Server) listRuns(ctx context.Context, _ *mcpsdk.CallToolRequest, in Lis
 	return nil, RunList{Runs: list}, nil
 }
 
-// SendStdinInput are send_stdin's arguments.
+// SendStdinInput are send_stdin's arguments: a run's (run_id, data), or
+// an execution's of the commands tools (execution_id, input_data).
 type SendStdinInput struct {
-	RunID string `json:"run_id" jsonschema:"the run's id"`
-	Data  string `json:"data,omitempty" jsonschema:"text for the program's stdin (add the newline input() waits for)"`
-	EOF   bool   `json:"eof,omitempty" jsonschema:"close the program's stdin after data"`
+	RunID       string `json:"run_id,omitempty" jsonschema:"the run's id (start_run); or give execution_id"`
+	Data        string `json:"data,omitempty" jsonschema:"text for the program's stdin (add the newline input() waits for)"`
+	ExecutionID string `json:"execution_id,omitempty" jsonschema:"an execution of this session started with interactive: true (execute_code, execute_code_async); or give run_id"`
+	InputData   string `json:"input_data,omitempty" jsonschema:"text for the execution's stdin (add the newline a prompt waits for)"`
+	EOF         bool   `json:"eof,omitempty" jsonschema:"close the program's stdin after the text"`
 }
 
 func (s *Server) sendStdin(ctx context.Context, _ *mcpsdk.CallToolRequest, in SendStdinInput) (*mcpsdk.CallToolResult, any, error) {
-	if err := s.runs.SendStdin(ctx, in.RunID, in.Data, in.EOF); err != nil {
+	var err error
+	switch {
+	case in.RunID != "" && in.ExecutionID != "":
+		err = runbox.Errorf(runbox.EInvalid, "give run_id or execution_id, not both")
+	case in.ExecutionID != "" && s.input != nil:
+		err = s.input.SendInput(ctx, in.ExecutionID, cmp.Or(in.InputData, in.Data), in.EOF)
+	case in.RunID != "":
+		err = s.runs.SendStdin(ctx, in.RunID, cmp.Or(in.Data, in.InputData), in.EOF)
+	default:
+		err = runbox.Errorf(runbox.EInvalid, "run_id (or execution_id) is required")
+	}
+	if err != nil {
 		return s.toolError(ctx, err)
 	}
 	return nil, OK{OK: true}, nil

@@ -29,6 +29,17 @@ const (
 // (with its files so far kept). It returns the run's status afterwards; a
 // finished run is left as it is.
 func (s *Service) Cancel(ctx context.Context, id string) (runbox.Status, error) {
+	return s.cancel(ctx, id, false)
+}
+
+// Terminate is Cancel, but a running program is asked to stop first
+// (SIGTERM to it and what it started) and killed only if it has not
+// after runbox.TermGrace.
+func (s *Service) Terminate(ctx context.Context, id string) (runbox.Status, error) {
+	return s.cancel(ctx, id, true)
+}
+
+func (s *Service) cancel(ctx context.Context, id string, graceful bool) (runbox.Status, error) {
 	run, err := s.get(ctx, id)
 	if err != nil {
 		return "", err
@@ -54,10 +65,14 @@ func (s *Service) Cancel(ctx context.Context, id string) (runbox.Status, error) 
 	if run.Status.Final() {
 		return run.Status, nil
 	}
-	if err := s.store.RequestCancel(ctx, id); err != nil {
+	if err := s.store.RequestCancel(ctx, id, graceful); err != nil {
 		return "", err
 	}
-	wctx, cancel := context.WithTimeout(ctx, cancelWait)
+	wait := cancelWait
+	if graceful {
+		wait += runbox.TermGrace
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if _, err := s.Wait(wctx, id, 0, nil); err != nil && ctx.Err() != nil {
 		return "", ctx.Err()
@@ -109,6 +124,33 @@ func (s *Service) List(ctx context.Context, cid string) ([]runbox.Run, error) {
 		all[i] = public(r)
 	}
 	return all, nil
+}
+
+// Events returns a run's record and its whole event log (bounded: the
+// executor keeps a run's output to its cap).
+func (s *Service) Events(ctx context.Context, id string) (runbox.Run, []runbox.Event, error) {
+	if _, err := s.get(ctx, id); err != nil {
+		return runbox.Run{}, nil, err
+	}
+	evs, err := s.store.Events(ctx, id, 0)
+	if err != nil {
+		return runbox.Run{}, nil, err
+	}
+	// Read after the events: a run that ended meanwhile is final here,
+	// and its ending is read again below.
+	run, err := s.Get(ctx, id)
+	if err != nil {
+		return runbox.Run{}, nil, err
+	}
+	if run.Status.Final() && (len(evs) == 0 || evs[len(evs)-1].Type != runbox.EventDone) {
+		if evs, err = s.store.Events(ctx, id, 0); err != nil {
+			return runbox.Run{}, nil, err
+		}
+	}
+	for i := range evs {
+		evs[i].Result = publicResult(evs[i].Result)
+	}
+	return run, evs, nil
 }
 
 // Progress is a run's state and the events after a client's last.

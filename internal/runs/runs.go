@@ -28,6 +28,9 @@ import (
 type Limits struct {
 	MaxCodeBytes      int
 	MaxTimeoutSeconds int // also the default
+	// MaxCommandTimeoutSeconds is the same for the commands tools'
+	// executions (SANDBOX_TIMEOUT); MaxTimeoutSeconds if 0.
+	MaxCommandTimeoutSeconds int
 	MaxStdinBytes     int // stdin given up front, and each send_stdin
 	MaxWaiting        int // runs waiting per conversation
 	// ClientStorage returns the bytes a client's conversations take, for
@@ -169,6 +172,8 @@ func (s *Service) normalize(spec runbox.Spec) (runbox.Spec, error) {
 	case spec.KeepState && (spec.Parallel || spec.Detach):
 		// The kept interpreter runs one cell at a time, in order.
 		return spec, runbox.Errorf(runbox.EInvalid, "keep_state runs take their turn in the conversation")
+	case spec.Filesystem != nil && !spec.Command:
+		return spec, runbox.Errorf(runbox.EUnsupported, "filesystem rules are for the commands tools (execute_code)")
 	case spec.TimeoutSeconds < 0 || spec.TimeoutSeconds > maxTimeout(spec, s.limits):
 		return spec, runbox.Errorf(runbox.EInvalid, "timeout_seconds must be between 1 and %d", maxTimeout(spec, s.limits))
 	}

@@ -38,11 +38,15 @@ func (s *Service) SubmitTemplate(ctx context.Context, key string, t runbox.Templ
 // runs at most a day.
 const MaxBackground = 24 * time.Hour
 
-// maxTimeout is the longest timeout a run may ask for: a background one
-// MaxBackground, any other the service's limit.
+// maxTimeout is the longest timeout a run may ask for, and its default:
+// a background one MaxBackground, a command the commands' limit, any
+// other the service's limit.
 func maxTimeout(spec runbox.Spec, l Limits) int {
-	if spec.Background {
+	switch {
+	case spec.Background:
 		return int(MaxBackground / time.Second)
+	case spec.Command && l.MaxCommandTimeoutSeconds > 0:
+		return l.MaxCommandTimeoutSeconds
 	}
 	return l.MaxTimeoutSeconds
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -10,8 +11,14 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 )
+
+// ErrTerminate, as the cause of a run's context, asks its program to
+// stop rather than kills it: SIGTERM to it and what it started, then,
+// after runbox.TermGrace, the sandbox is killed.
+var ErrTerminate = errors.New("asked to stop")
 
 // run sends req to the agent and relays its output until the program ends.
 func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, error) {
@@ -49,11 +56,16 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 			return
 		}
 		killed, timedOut = true, timeout
-		if req.KeepState && sb.conn.Kill() == nil {
+		switch {
+		case req.KeepState && sb.conn.Kill() == nil:
 			backstop = time.AfterFunc(interruptBackstop, func() { sb.m.kill(sb.id) })
-			return
+		case !timeout && errors.Is(context.Cause(ctx), ErrTerminate) && sb.conn.Term() == nil:
+			// Asked to stop: the program has its grace to end as it
+			// will, then the container goes.
+			backstop = time.AfterFunc(runbox.TermGrace, func() { sb.m.kill(sb.id) })
+		default:
+			sb.m.kill(sb.id)
 		}
-		sb.m.kill(sb.id)
 	}
 	defer func() {
 		mu.Lock()

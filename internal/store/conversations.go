@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -77,20 +78,45 @@ func (s *Store) Runs(ctx context.Context, client, cid string, n int) ([]runbox.R
 	return runs, nil
 }
 
+// CancelRequest is a client's cancellation of a run: kill it, or ask its
+// program to stop first (Graceful).
+type CancelRequest struct {
+	ID       string
+	Graceful bool
+}
+
+// Values of a run's cancel flag; a graceful request's message carries
+// termSuffix after the run id.
+const (
+	cancelKill = "1"
+	cancelTerm = "term"
+	termSuffix = " " + cancelTerm
+)
+
 // RequestCancel flags a run for cancellation and tells the executors, one
 // of which may be running it.
-func (s *Store) RequestCancel(ctx context.Context, id string) error {
+func (s *Store) RequestCancel(ctx context.Context, id string, graceful bool) error {
+	flag, msg := cancelKill, id
+	if graceful {
+		flag, msg = cancelTerm, id+termSuffix
+	}
 	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, runKey(id), cancelFlagField, "1")
-	pipe.Publish(ctx, cancelChannel, id)
+	pipe.HSet(ctx, runKey(id), cancelFlagField, flag)
+	pipe.Publish(ctx, cancelChannel, msg)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	return nil
 }
 
+// ParseCancel reads a message of SubscribeCancels.
+func ParseCancel(msg string) CancelRequest {
+	id, graceful := strings.CutSuffix(msg, termSuffix)
+	return CancelRequest{ID: id, Graceful: graceful}
+}
+
 // CancelRequested reports which of ids were flagged for cancellation.
-func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]string, error) {
+func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]CancelRequest, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
@@ -99,10 +125,10 @@ func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]string, e
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read cancel flags: %w", err)
 	}
-	var out []string
+	var out []CancelRequest
 	for i, c := range cmds {
-		if c.Val() == "1" {
-			out = append(out, ids[i])
+		if v := c.Val(); v == cancelKill || v == cancelTerm {
+			out = append(out, CancelRequest{ID: ids[i], Graceful: v == cancelTerm})
 		}
 	}
 	return out, nil

@@ -522,6 +522,11 @@ type ExecutorInfo struct {
 	// Addr is where the api reaches its sandboxes (package link):
 	// host:port.
 	Addr string `json:"addr,omitempty"`
+	// Landlock says that its sandboxes hold programs to filesystem rules
+	// (runbox.Filesystem).
+	Landlock bool `json:"landlock,omitempty"`
+	// Conversations counts the conversations it holds a sandbox of.
+	Conversations int `json:"conversations,omitempty"`
 }
 
 // Heartbeat registers an executor as alive for ttl.
@@ -591,6 +596,16 @@ func (s *Store) Executors(ctx context.Context) ([]ExecutorInfo, error) {
 		}
 	}
 	return infos, nil
+}
+
+// Landlock reports whether a live executor's sandboxes hold programs to
+// filesystem rules.
+func (s *Store) Landlock(ctx context.Context) (bool, error) {
+	infos, err := s.Executors(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(infos, func(i ExecutorInfo) bool { return i.Landlock }), nil
 }
 
 // Runners returns the languages offered by live executors, one entry per

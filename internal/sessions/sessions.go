@@ -1,0 +1,150 @@
+// Package sessions keeps MCP sessions: what the commands tools scope their
+// executions to. A session is its client's (tenancy holds: another
+// client's session is not found), lives in Redis so that any api replica
+// serves its calls, and ends on the client's word (DELETE on /mcp), when
+// its transport closes (HTTP+SSE, stdio), or once idle past its TTL.
+// Ending one tells the parts that hold something of it (OnEnd).
+//
+// Over Streamable HTTP the api serves calls statelessly and issues the
+// session id itself (Mcp-Session-Id on the initialize response); a call
+// without one belongs to its client's sessionless scope, which ends only
+// when idle.
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+		"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/store"
+)
+
+// Ref names a session: its client's, by its id ("" for the client's
+// calls outside any session).
+type Ref = store.SessionRef
+
+// Conversation is the conversation whose folder a session's executions
+// share (/data).
+func Conversation(ref Ref) string {
+	if ref.ID == "" {
+		return "mcp-sessionless"
+	}
+	return "mcp-" + ref.ID
+}
+
+// idPattern is what New makes: rand.Text, 26 base32 characters.
+var idPattern = regexp.MustCompile(`^[A-Z2-7]{26}$`)
+
+// ValidID reports whether id could have been issued here; a header that
+// is not such an id is not looked up.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+type refKey struct{}
+
+// With returns ctx carrying the session its call came in.
+func With(ctx context.Context, ref Ref) context.Context {
+	return context.WithValue(ctx, refKey{}, ref)
+}
+
+// From returns the session of ctx, if one was set.
+func From(ctx context.Context) (Ref, bool) {
+	ref, ok := ctx.Value(refKey{}).(Ref)
+	return ref, ok
+}
+
+// Service opens, touches and ends sessions.
+type Service struct {
+	store *store.Store
+	ttl   time.Duration
+	clock clockwork.Clock
+	log   *slog.Logger
+	onEnd []func(context.Context, Ref)
+}
+
+// New returns a Service whose sessions end once idle for ttl.
+func New(st *store.Store, ttl time.Duration, clock clockwork.Clock, log *slog.Logger) *Service {
+	return &Service{store: st, ttl: ttl, clock: clock, log: log.With("component", "sessions")}
+}
+
+// OnEnd adds f to what runs when a session ends, with a context whose
+// client is the session's. Call it before the service is used.
+func (s *Service) OnEnd(f func(context.Context, Ref)) { s.onEnd = append(s.onEnd, f) }
+
+// Open records a new session of the client of ctx.
+func (s *Service) Open(ctx context.Context) (Ref, error) {
+	ref := Ref{Client: Client(ctx), ID: rand.Text()}
+	if err := s.store.OpenSession(ctx, ref, s.ttl); err != nil {
+		return Ref{}, err
+	}
+	return ref, nil
+}
+
+// Touch marks a session used and reports whether it is open.
+func (s *Service) Touch(ctx context.Context, ref Ref) (bool, error) {
+	if ref.ID != "" && !ValidID(ref.ID) {
+		return false, nil
+	}
+	return s.store.TouchSession(ctx, ref, s.ttl)
+}
+
+// Ensure marks a session used, opening it if it is not: the sessionless
+// scope, and sessions whose transport the process holds (their end is
+// seen when it closes), open at their first use.
+func (s *Service) Ensure(ctx context.Context, ref Ref) error {
+	ok, err := s.store.TouchSession(ctx, ref, s.ttl)
+	if err != nil || ok {
+		return err
+	}
+	return s.store.OpenSession(ctx, ref, s.ttl)
+}
+
+// End ends a session: it is forgotten, then what holds something of it
+// lets go. It reports whether the session was open; a session ended
+// twice (its transport closing as its process stops) lets go once.
+func (s *Service) End(ctx context.Context, ref Ref) (bool, error) {
+	ok, err := s.store.EndSession(ctx, ref)
+	if err != nil || !ok {
+		return false, err
+	}
+	ctx = auth.WithClient(ctx, clients.Client{Name: ref.Client})
+	for _, f := range s.onEnd {
+		f(ctx, ref)
+	}
+	s.log.Info("session ended", "client", ref.Client, "session", ref.ID)
+	return true, nil
+}
+
+// EndIdle ends up to n sessions idle past the TTL and returns how many
+// it ended.
+func (s *Service) EndIdle(ctx context.Context, n int) int {
+	idle, err := s.store.IdleSessions(ctx, s.clock.Now().Add(-s.ttl), n)
+	if err != nil {
+		s.log.Warn("list idle sessions", "err", err)
+		return 0
+	}
+	ended := 0
+	for _, ref := range idle {
+		if _, err := s.End(ctx, ref); err != nil {
+			s.log.Warn("end an idle session", "client", ref.Client, "session", ref.ID, "err", err)
+			continue
+		}
+		ended++
+	}
+	return ended
+}
+
+// Client is the client of ctx: its token's, or the default client
+// (stdio).
+func Client(ctx context.Context) string {
+	if c := auth.Client(ctx); c != "" {
+		return c
+	}
+	return runbox.DefaultClient
+}

@@ -1,0 +1,284 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MCP sessions and the executions started in them (the commands tools).
+// A session is named by its client and its id: another client's session
+// of the same id is another session. Every api replica shares them, so a
+// session's calls may reach any replica.
+//
+// The session record lives until the session ends (End); the idle index
+// says when each session was last used, for the janitor that ends those
+// idle past their TTL. An execution is a run: its record names its
+// session, and each session keeps its executions by start time and the
+// set of those still live (queued or running), which bounds how many may
+// run at once.
+
+func sessionMember(client, id string) string { return client + "\n" + id }
+
+func sessionKey(client, id string) string {
+	return prefix + "mcpsession:{" + sessionMember(client, id) + "}"
+}
+func sessionExecsKey(client, id string) string { return sessionKey(client, id) + ":execs" }
+func sessionLiveKey(client, id string) string  { return sessionKey(client, id) + ":live" }
+func executionKey(runID string) string         { return prefix + "execution:" + runID }
+
+const (
+	sessionsIdleKey = prefix + "mcpsessions:idle"      // sessions by when last used
+	executionsLive  = prefix + "mcpsessions:live-runs" // every session's live executions
+	// pendingPrefix marks a place taken in the live sets for an execution
+	// whose run is being made (ReserveExecution).
+	pendingPrefix = "pending:"
+	// pendingTTL is how long a place is held for a run that never came
+	// (its api died between reserving and recording it).
+	pendingTTL = time.Minute
+	// maxSessionExecutions bounds what a session remembers of its
+	// executions.
+	maxSessionExecutions = 500
+)
+
+// SessionRef names a session.
+type SessionRef struct {
+	Client, ID string
+}
+
+// OpenSession records a new session, used now.
+func (s *Store) OpenSession(ctx context.Context, ref SessionRef, ttl time.Duration) error {
+	now := s.now()
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, sessionKey(ref.Client, ref.ID), "created", now.UnixMilli())
+	pipe.Expire(ctx, sessionKey(ref.Client, ref.ID), safetyTTL(ttl))
+	pipe.ZAdd(ctx, sessionsIdleKey, redis.Z{Score: float64(now.UnixMilli()), Member: sessionMember(ref.Client, ref.ID)})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("open session: %w", err)
+	}
+	return nil
+}
+
+// safetyTTL is how long a session's record outlives its last use should
+// nothing end it: the janitor ends it once idle past ttl.
+func safetyTTL(ttl time.Duration) time.Duration { return 2*ttl + time.Hour }
+
+// TouchSession marks a session used now and reports whether it exists.
+func (s *Store) TouchSession(ctx context.Context, ref SessionRef, ttl time.Duration) (bool, error) {
+	pipe := s.rdb.Pipeline()
+	exists := pipe.Expire(ctx, sessionKey(ref.Client, ref.ID), safetyTTL(ttl))
+	pipe.ZAddXX(ctx, sessionsIdleKey, redis.Z{Score: float64(s.now().UnixMilli()), Member: sessionMember(ref.Client, ref.ID)})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("touch session: %w", err)
+	}
+	return exists.Val(), nil
+}
+
+// EndSession forgets a session and its executions' places; it reports
+// whether the session existed. Its runs are the caller's to cancel.
+func (s *Store) EndSession(ctx context.Context, ref SessionRef) (bool, error) {
+	pipe := s.rdb.TxPipeline()
+	n := pipe.Del(ctx, sessionKey(ref.Client, ref.ID))
+	pipe.ZRem(ctx, sessionsIdleKey, sessionMember(ref.Client, ref.ID))
+	pipe.Del(ctx, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("end session: %w", err)
+	}
+	return n.Val() > 0, nil
+}
+
+// IdleSessions returns up to n sessions last used before cutoff.
+func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
+	members, err := s.rdb.ZRangeByScore(ctx, sessionsIdleKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list idle sessions: %w", err)
+	}
+	out := make([]SessionRef, 0, len(members))
+	for _, m := range members {
+		client, id, _ := strings.Cut(m, "\n")
+		out = append(out, SessionRef{Client: client, ID: id})
+	}
+	return out, nil
+}
+
+// ExecutionLimits bound the live executions of a session and of the
+// deployment (0: none).
+type ExecutionLimits struct {
+	PerSession, Total int
+}
+
+// ErrTooManyExecutions is ReserveExecution's refusal.
+type ErrTooManyExecutions struct {
+	// Total is set when the deployment's limit refused, else the
+	// session's.
+	Total bool
+	Limit int
+}
+
+func (e *ErrTooManyExecutions) Error() string {
+	if e.Total {
+		return fmt.Sprintf("%d executions are running, the server's limit", e.Limit)
+	}
+	return fmt.Sprintf("this session has %d executions running, its limit", e.Limit)
+}
+
+// reserveScript takes a place for a new execution of a session, within
+// the session's and the deployment's limits, after forgetting the places
+// of executions that have ended (their run is final, or gone) and of
+// reservations never filled.
+//
+// KEYS[1] the session's live set, KEYS[2] the deployment's
+// ARGV[1] now (unix ms), ARGV[2] per-session limit, ARGV[3] total limit
+// (0: none), ARGV[4] the reservation, ARGV[5] pending cutoff (unix ms),
+// ARGV[6] run key prefix, ARGV[7] run key suffix
+// Returns {"ok"}, {"session"} or {"total"}.
+var reserveScript = redis.NewScript(`
+local final = {succeeded=true, failed=true, timed_out=true, cancelled=true, error=true}
+local function prune(key)
+  local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local m, score = members[i], tonumber(members[i+1])
+    if string.sub(m, 1, 8) == 'pending:' then
+      if score < tonumber(ARGV[5]) then redis.call('ZREM', key, m) end
+    else
+      local st = redis.call('HGET', ARGV[6] .. m .. ARGV[7], 'status')
+      if not st or final[st] then redis.call('ZREM', key, m) end
+    end
+  end
+end
+prune(KEYS[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return {'session'} end
+if tonumber(ARGV[3]) > 0 then
+  prune(KEYS[2])
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {'total'} end
+end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])
+return {'ok'}
+`)
+
+// Reservation is a place taken for an execution whose run is being made.
+type Reservation struct {
+	ref    SessionRef
+	member string
+}
+
+// ReserveExecution takes a place among the session's live executions, or
+// refuses with *ErrTooManyExecutions.
+func (s *Store) ReserveExecution(ctx context.Context, ref SessionRef, limits ExecutionLimits) (Reservation, error) {
+	now := s.now()
+	member := pendingPrefix + rand.Text()
+	prefix, suffix, _ := strings.Cut(runKey("\x00"), "\x00")
+	res, err := reserveScript.Run(ctx, s.rdb, []string{sessionLiveKey(ref.Client, ref.ID), executionsLive},
+		now.UnixMilli(), limits.PerSession, limits.Total, member, now.Add(-pendingTTL).UnixMilli(), prefix, suffix).StringSlice()
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reserve an execution: %w", err)
+	}
+	switch res[0] {
+	case "session":
+		return Reservation{}, &ErrTooManyExecutions{Limit: limits.PerSession}
+	case "total":
+		return Reservation{}, &ErrTooManyExecutions{Total: true, Limit: limits.Total}
+	}
+	return Reservation{ref: ref, member: member}, nil
+}
+
+// Release gives a reservation's place back (its run was not made).
+func (s *Store) Release(ctx context.Context, r Reservation) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRem(ctx, sessionLiveKey(r.ref.Client, r.ref.ID), r.member)
+	pipe.ZRem(ctx, executionsLive, r.member)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("release an execution's place: %w", err)
+	}
+	return nil
+}
+
+// Execution is what a session remembers of an execution besides its run.
+type Execution struct {
+	RunID          string
+	Command        string
+	TimeoutSeconds int
+}
+
+// RecordExecution fills a reservation with the run made for it.
+func (s *Store) RecordExecution(ctx context.Context, r Reservation, e Execution) error {
+	now := float64(s.now().UnixMilli())
+	live, execs := sessionLiveKey(r.ref.Client, r.ref.ID), sessionExecsKey(r.ref.Client, r.ref.ID)
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRem(ctx, live, r.member)
+	pipe.ZRem(ctx, executionsLive, r.member)
+	pipe.ZAdd(ctx, live, redis.Z{Score: now, Member: e.RunID})
+	pipe.ZAdd(ctx, executionsLive, redis.Z{Score: now, Member: e.RunID})
+	pipe.ZAdd(ctx, execs, redis.Z{Score: now, Member: e.RunID})
+	pipe.ZRemRangeByRank(ctx, execs, 0, -maxSessionExecutions-1)
+	pipe.Expire(ctx, execs, s.retention)
+	pipe.Expire(ctx, live, s.retention)
+	pipe.HSet(ctx, executionKey(e.RunID), "session", sessionMember(r.ref.Client, r.ref.ID), "command", e.Command,
+		"timeout", e.TimeoutSeconds)
+	pipe.Expire(ctx, executionKey(e.RunID), s.retention)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("record an execution: %w", err)
+	}
+	return nil
+}
+
+// SessionExecution returns what the session remembers of execution id,
+// or ErrNotFound when it is not the session's.
+func (s *Store) SessionExecution(ctx context.Context, ref SessionRef, id string) (Execution, error) {
+	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
+	if err != nil {
+		return Execution{}, fmt.Errorf("read execution %s: %w", id, err)
+	}
+	if m["session"] != sessionMember(ref.Client, ref.ID) {
+		return Execution{}, ErrNotFound
+	}
+	return execution(id, m), nil
+}
+
+// ExecutionOf returns what is remembered of execution id, whoever's it
+// is: for a caller that found it through its session.
+func (s *Store) ExecutionOf(ctx context.Context, id string) (Execution, error) {
+	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
+	if err != nil {
+		return Execution{}, fmt.Errorf("read execution %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return Execution{}, ErrNotFound
+	}
+	return execution(id, m), nil
+}
+
+func execution(id string, m map[string]string) Execution {
+	timeout, _ := strconv.Atoi(m["timeout"])
+	return Execution{RunID: id, Command: m["command"], TimeoutSeconds: timeout}
+}
+
+// SessionExecutions returns the session's last n executions, oldest
+// first.
+func (s *Store) SessionExecutions(ctx context.Context, ref SessionRef, n int) ([]Execution, error) {
+	ids, err := s.rdb.ZRange(ctx, sessionExecsKey(ref.Client, ref.ID), int64(-n), -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list executions: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, executionKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("list executions: %w", err)
+	}
+	out := make([]Execution, 0, len(ids))
+	for i, id := range ids {
+		out = append(out, execution(id, cmds[i].Val()))
+	}
+	return out, nil
+}
