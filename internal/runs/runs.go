@@ -31,8 +31,8 @@ type Limits struct {
 	// MaxCommandTimeoutSeconds is the same for the commands tools'
 	// executions (SANDBOX_TIMEOUT); MaxTimeoutSeconds if 0.
 	MaxCommandTimeoutSeconds int
-	MaxStdinBytes     int // stdin given up front, and each send_stdin
-	MaxWaiting        int // runs waiting per conversation
+	MaxStdinBytes            int // stdin given up front, and each send_stdin
+	MaxWaiting               int // runs waiting per conversation
 	// ClientStorage returns the bytes a client's conversations take, for
 	// tiers with storage_bytes; nil: not held.
 	ClientStorage func(ctx context.Context, client string) (int64, error)

@@ -14,7 +14,7 @@ package sessions
 import (
 	"context"
 	"crypto/rand"
-		"log/slog"
+	"log/slog"
 	"regexp"
 	"time"
 
