@@ -49,9 +49,10 @@ for lang in $langs; do
 done
 
 # One line per chain of languages built in order; chains build in
-# parallel, the longest first (GCC's chain, then Python's data stack).
+# parallel, the longest first (GCC's chain, then Python's data stack,
+# which runner-shell starts with too).
 chains=$(for lang in $langs; do echo "$lang"; done | awk '
-  /^(c|cpp|rust)$/ { gcc = gcc " " $0; next } /^python$/ { py = $0; next } { rest = rest $0 "\n" }
+  /^(c|cpp|rust)$/ { gcc = gcc " " $0; next } /^(python|shell)$/ { py = py " " $0; next } { rest = rest $0 "\n" }
   END { if (gcc != "") print gcc; if (py != "") print py; printf "%s", rest }')
 export tag base_hash
 echo "$chains" | xargs -P "${RUNNER_JOBS:-3}" -I{} sh -c '

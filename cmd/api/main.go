@@ -36,7 +36,11 @@ func run(stdio bool) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log := app.NewLogger(cfg, os.Stderr)
+	log, closeLog, err := app.NewLogger(cfg, os.Environ(), os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	app.RouteRedisLogs(log)
 	return app.RunAPI(ctx, cfg, app.APIOptions{
 		Stdio:  stdio,

@@ -39,7 +39,11 @@ func run() error {
 	if cfg.RedisURL == "" {
 		return errors.New("config: REDIS_URL is required: a standalone executor shares Redis with api")
 	}
-	log := app.NewLogger(cfg, os.Stderr)
+	log, closeLog, err := app.NewLogger(cfg, os.Environ(), os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	app.RouteRedisLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -8,6 +8,9 @@
 // its template as that user instead of the agent's own (the executor sets
 // it, and starts the agent as root with a few capabilities, under gVisor:
 // see agent.Config.User).
+//
+// runbox-agent -landlock-exec RULES -- PROGRAM... is how the agent starts a
+// program it must hold to filesystem rules (agent.LandlockExec).
 package main
 
 import (
@@ -27,6 +30,13 @@ import (
 )
 
 func main() {
+	// Started by the agent for a program with filesystem rules: apply
+	// them, become the program.
+	if len(os.Args) > 1 && os.Args[1] == agent.LandlockFlag {
+		err := agent.LandlockExec(os.Args[2:])
+		fmt.Fprintln(os.Stderr, "runbox:", err)
+		os.Exit(126)
+	}
 	ext := flag.String("ext", "", "file extension of programs, without the dot")
 	dir := flag.String("dir", "/data", "working directory of programs")
 	scratch := flag.String("scratch", "/tmp/runbox", "folder the program file is written to")

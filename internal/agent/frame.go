@@ -57,6 +57,9 @@ type Run struct {
 	// (started for it if there is none), where what earlier cells defined
 	// persists.
 	KeepState bool `json:"keep_state,omitempty"`
+	// Filesystem, when set, narrows what the program may read and write
+	// (landlock.go); only for images that start programs directly.
+	Filesystem *Rules `json:"filesystem,omitempty"`
 }
 
 // Hello is the agent's first frame.

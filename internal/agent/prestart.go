@@ -104,7 +104,7 @@ func (st *starter) takePrestarted(run Run) *prestarted {
 		return nil
 	default:
 	}
-	if len(run.Env) == 0 && !run.KeepState {
+	if len(run.Env) == 0 && !run.KeepState && run.Filesystem == nil {
 		return n
 	}
 	n.discard()

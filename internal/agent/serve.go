@@ -315,6 +315,9 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			st.busy.Unlock()
 		}
 	}()
+	if run.Filesystem != nil && (run.KeepState || len(cfg.Compile) > 0) {
+		return nil, errors.New("filesystem rules are for programs the agent starts directly")
+	}
 	if err := writeProgram(cfg.Scratch, "main."+cfg.Ext, run.Code, cfg.User); err != nil {
 		return nil, err
 	}
@@ -358,7 +361,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		if err == nil {
 			pid = c.k.pid
 		}
-	case st.zygote != nil:
+	case st.zygote != nil && run.Filesystem == nil:
 		st.preloadFor(run.Code)
 		if z := st.zygote; z.waitReady(zygoteWait) {
 			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
@@ -369,6 +372,13 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	}
 	if wait == nil && !run.KeepState && !compiled {
 		argv := expand(cfg.Launch, path, "")
+		if run.Filesystem != nil {
+			argv, err = landlockCommand(run.Filesystem, argv)
+			if err != nil {
+				closeAll(stdinR, stdinW, outR, outW, errR, errW)
+				return nil, err
+			}
+		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = env

@@ -24,6 +24,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/commands"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/executor"
@@ -34,6 +35,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
+	"github.com/runbox-dev/runbox/internal/sessions"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
@@ -141,13 +143,15 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	}
 
 	svc := runs.NewService(st, hub, sched, runs.Limits{
-		MaxCodeBytes:      cfg.MaxCode,
-		MaxTimeoutSeconds: cfg.MaxTimeoutSeconds(),
-		MaxStdinBytes:     maxStdin,
-		MaxWaiting:        cfg.MaxQueuedPerConversation,
-		ClientStorage:     fileStore.ClientUsage,
-		EgressAllow:       cfg.Egress.Allow,
-		EgressReachable:   cfg.EgressReachable(),
+		MaxCodeBytes:             cfg.MaxCode,
+		MaxTimeoutSeconds:        cfg.MaxTimeoutSeconds(),
+		MaxCommandTimeoutSeconds: int(cfg.CommandTimeout / time.Second),
+		MaxSessions:              cfg.MaxSessions,
+		MaxStdinBytes:            maxStdin,
+		MaxWaiting:               cfg.MaxQueuedPerConversation,
+		ClientStorage:            fileStore.ClientUsage,
+		EgressAllow:              cfg.Egress.Allow,
+		EgressReachable:          cfg.EgressReachable(),
 	}, log)
 	svc.Metrics = clients.NewMetrics(registry)
 	convs := conversations.NewService(fileStore, signer, svc, st, conversations.Limits{
@@ -168,6 +172,19 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	defer sealer.Stop()
 	mcpServer := mcp.New(ctx, svc, convs, log)
 	mcpServer.Audit = recorder
+	// MCP sessions, and the commands tools whose executions they scope;
+	// the leader ends the sessions idle past SANDBOX_SESSION_TTL.
+	mcpSessions := sessions.New(st, cfg.SessionTTL, clock, log)
+	mcpServer.Sessions = mcpSessions
+	commands.Register(mcpServer, commands.New(svc, convs, st, mcpSessions, commands.Limits{
+		TimeoutSeconds: int(cfg.CommandTimeout / time.Second), PerSession: cfg.MaxPerSession,
+		Total: cfg.MaxConcurrent, MaxCommandBytes: cfg.MaxCode,
+	}, log))
+	sessionJanitor := sessions.NewJanitor(mcpSessions, elector.Every)
+	if err := sessionJanitor.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer sessionJanitor.Stop()
 	if cfg.Git != nil {
 		git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Files: fileStore, Audit: recorder, Clock: clock, Log: log})
 		if err != nil {
@@ -199,6 +216,10 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	if opts.Stdio {
 		log.Info("serving MCP on stdio", "embedded", rds.Embedded())
 		err := mcpServer.SDK().Run(ctx, &mcpsdk.IOTransport{Reader: opts.Stdin, Writer: opts.Stdout})
+		// The client went: its session ends with its executions.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		mcpServer.EndHeld(ectx)
+		cancel()
 		shutdownExecutor()
 		if ctx.Err() != nil || errors.Is(err, io.EOF) {
 			return nil
@@ -225,6 +246,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 		Logger:        log,
 		Previews:      pv.service,
 		PreviewRouter: pv.router,
+		Sessions:      mcpSessions,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: api.ReadHeaderTimeout, ReadTimeout: api.ReadTimeout,
 		IdleTimeout: api.IdleTimeout}

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -37,15 +38,37 @@ import (
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
-// NewLogger returns the logger the configuration asks for, writing to w.
-func NewLogger(cfg *config.Config, w *os.File) *slog.Logger {
+// NewLogger returns the logger the configuration asks for, writing to w
+// and, with SANDBOX_LOG_FILE, to that file too (appended to); close it
+// when the process ends. It refuses an environment whose names runbox
+// does not know (config.CheckNames), and logs a warning for those it
+// only ignores.
+func NewLogger(cfg *config.Config, environ []string, w io.Writer) (*slog.Logger, func(), error) {
+	warnings, err := config.CheckNames(environ)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeLog := func() {}
+	if cfg.LogFile != "" {
+		f, err := os.OpenFile(cfg.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: SANDBOX_LOG_FILE: %w", err)
+		}
+		w, closeLog = io.MultiWriter(w, f), func() { _ = f.Close() }
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	for _, w := range warnings {
+		log.Warn("config: " + w)
+	}
+	return log, closeLog, nil
 }
 
 // RouteRedisLogs sends go-redis's own messages (reconnects, dial

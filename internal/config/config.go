@@ -128,8 +128,21 @@ type Config struct {
 	PipIndexURL string
 	NPMRegistry string
 
+	// CommandTimeout is the commands tools' default and longest time
+	// (SANDBOX_TIMEOUT); MaxPerSession and MaxConcurrent bound their
+	// executions running at once in a session and in the deployment (0:
+	// no limit).
+	CommandTimeout time.Duration
+	MaxPerSession  int
+	MaxConcurrent  int
+	// MaxSessions bounds the conversations with a sandbox (0: no limit);
+	// a run of another conversation past it is refused (max_sessions).
+	MaxSessions int
+
 	LogLevel  string
 	LogFormat string
+	// LogFile, when set, receives the logs too.
+	LogFile string
 }
 
 // Egress is the egress policy and the proxy's bounds (SANDBOX_EGRESS_*).
@@ -165,6 +178,10 @@ type S3 struct {
 
 // FromEnv reads the configuration through getenv (os.Getenv in production).
 func FromEnv(getenv func(string) string) (*Config, error) {
+	getenv, err := withAliases(getenv)
+	if err != nil {
+		return nil, err
+	}
 	p := parser{getenv: getenv}
 	hostname, _ := os.Hostname()
 	c := &Config{
@@ -211,6 +228,11 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		LinkAdvertise:            p.str("EXECUTOR_LINK_ADVERTISE", ""),
 		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
+		LogFile:                  p.str("SANDBOX_LOG_FILE", ""),
+		CommandTimeout:           time.Duration(p.positive("SANDBOX_TIMEOUT", 300)) * time.Second,
+		MaxPerSession:            p.positive("SANDBOX_MAX_PER_SESSION", 5),
+		MaxConcurrent:            p.nonNegative("SANDBOX_MAX_CONCURRENT", 10),
+		MaxSessions:              p.nonNegative("SANDBOX_MAX_SESSIONS", 0),
 		Egress: Egress{
 			MaxBytes:       p.bytes("SANDBOX_EGRESS_MAX_BYTES", "512m"),
 			MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", egress.DefaultMaxConnections),

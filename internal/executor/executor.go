@@ -104,6 +104,8 @@ type Executor struct {
 	srv     *asynq.Server
 	runners []runbox.Runner
 	started time.Time
+	// landlock says that its sandboxes hold programs to filesystem rules.
+	landlock bool
 
 	metrics  *metrics
 	poolWake chan struct{} // the pool lost a sandbox
@@ -186,6 +188,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	if err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); err != nil {
 		return err
 	}
+	e.landlock = e.sandboxes.Landlock()
 	if n, err := e.sandboxes.Reap(ctx, 0); err != nil {
 		return fmt.Errorf("reap orphaned sandboxes: %w", err)
 	} else if n > 0 {

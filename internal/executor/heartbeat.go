@@ -23,6 +23,7 @@ func (e *Executor) register(ctx context.Context) error {
 	return e.store.Heartbeat(ctx, store.ExecutorInfo{
 		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
 		Templates: e.sandboxes.Templates(), Addr: e.cfg.LinkAddr,
+		Landlock: e.landlock, Conversations: e.sandboxes.Conversations(),
 	}, 5*e.cfg.HeartbeatInterval)
 }
 

@@ -238,6 +238,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 		KeepState:      spec.KeepState,
+		Filesystem:     rules(spec.Filesystem),
 		OnStart:        onStart,
 	}
 	switch {
@@ -332,6 +333,14 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventExit, ExitCode: &code, DurationMS: &ms})
 	}
 	return st
+}
+
+// rules are a run's filesystem rules as the agent takes them.
+func rules(f *runbox.Filesystem) *agent.Rules {
+	if f == nil {
+		return nil
+	}
+	return &agent.Rules{AllowWrite: f.AllowWrite, DenyRead: f.DenyRead, DenyWrite: f.DenyWrite}
 }
 
 // prepareError is a failure to prepare a run's folder, with what its

@@ -31,6 +31,9 @@ type Limits struct {
 	// MaxCommandTimeoutSeconds is the same for the commands tools'
 	// executions (SANDBOX_TIMEOUT); MaxTimeoutSeconds if 0.
 	MaxCommandTimeoutSeconds int
+	// MaxSessions bounds the conversations holding a sandbox
+	// (SANDBOX_MAX_SESSIONS); 0: no limit.
+	MaxSessions int
 	MaxStdinBytes            int // stdin given up front, and each send_stdin
 	MaxWaiting               int // runs waiting per conversation
 	// ClientStorage returns the bytes a client's conversations take, for
@@ -56,15 +59,16 @@ var aliases = map[string]string{
 	"py": "python", "python3": "python",
 	"ts": "typescript",
 	"js": "javascript", "node": "javascript", "nodejs": "javascript",
-	"sh": "bash", "shell": "bash",
+	"sh": "bash",
 	"golang": "go", "rs": "rust", "c++": "cpp", "cxx": "cpp",
 	"rb": "ruby", "sqlite": "sql", "sqlite3": "sql",
 }
 
 // fallbacks run a language on another runner when no executor offers its
 // own: JavaScript is TypeScript without types, and ran on the TypeScript
-// runner before there was a JavaScript one.
-var fallbacks = map[string]string{"javascript": "typescript"}
+// runner before there was a JavaScript one; "shell" was bash's alias
+// before runner-shell.
+var fallbacks = map[string]string{"javascript": "typescript", "shell": "bash"}
 
 // Request is what a client sends to run a program: run_code's arguments.
 type Request struct {
@@ -240,6 +244,9 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	}
 	if err := s.admitRun(ctx, spec.ConversationID); err != nil {
 		s.Metrics.Limited(client(ctx), runbox.ErrorCode(err))
+		return runbox.Run{}, err
+	}
+	if err := s.admitSandbox(ctx, spec.ConversationID); err != nil {
 		return runbox.Run{}, err
 	}
 	if len(idempotencyKey) > 200 {

@@ -63,6 +63,27 @@ func (s *Service) admitRun(ctx context.Context, key string) error {
 	return s.AdmitConversation(ctx, key)
 }
 
+// admitSandbox holds a run of a conversation that holds no sandbox to
+// the service's bound on the conversations that do (SANDBOX_MAX_SESSIONS).
+func (s *Service) admitSandbox(ctx context.Context, key string) error {
+	if s.limits.MaxSessions == 0 {
+		return nil
+	}
+	owner, err := s.store.Owner(ctx, key)
+	if err != nil || owner != "" {
+		return err
+	}
+	n, err := s.store.Conversations(ctx)
+	if err != nil {
+		return err
+	}
+	if n >= s.limits.MaxSessions {
+		return runbox.Errorf(runbox.EMaxSessions,
+			"the server holds %d live sessions, its limit; close one (close_session) or retry once one has been idle for a while", n)
+	}
+	return nil
+}
+
 // AdmitConversation holds a use of the conversation key (a run, an
 // upload) to its client's tier: a new conversation counts against
 // new_conversations_per_hour, and the client's files must be within

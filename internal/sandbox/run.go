@@ -27,7 +27,7 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	// program connects to the proxy listener meanwhile is this run's.
 	sb.running.Store(&runTag{number: sb.conn.NextRun(), runID: req.RunID, conversation: req.ConversationID})
 	defer sb.running.Store(nil)
-	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState}); err != nil {
+	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState, Filesystem: req.Filesystem}); err != nil {
 		return Outcome{}, fmt.Errorf("send program: %w", err)
 	}
 	if req.OnStart != nil {

@@ -31,6 +31,9 @@ type Runtime struct {
 	// process (measured here: 1561 for 20 shell loops, 38 idle), and at the
 	// host's limit the sentry itself fails, and the sandbox with it.
 	PidsInside bool
+	// NoLandlock says that its kernel has no Landlock, which filesystem
+	// rules need (gVisor implements none); the host's is probed.
+	NoLandlock bool
 }
 
 // Host tasks PidsInside allows: per sandbox process, and for the runtime.
@@ -56,7 +59,7 @@ func RuntimeFor(name string) Runtime {
 		// agent itself finds what else differs (agent.DenyMqueuesUnlisted,
 		// the I/O priority in attrs.go) and proves each reset as under
 		// runc.
-		return Runtime{Name: name, AgentApart: true, PidsInside: true}
+		return Runtime{Name: name, AgentApart: true, PidsInside: true, NoLandlock: true}
 	default:
 		return Runtime{Name: name}
 	}

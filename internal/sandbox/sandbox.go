@@ -30,6 +30,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // Labels of runner images (the contract's) and of the containers the
@@ -290,6 +291,8 @@ type Request struct {
 	DataDir string
 	// KeepState runs Python code in the sandbox's kept interpreter.
 	KeepState bool
+	// Filesystem, when set, narrows what the program may read and write.
+	Filesystem *agent.Rules
 	// OnStart, if set, is called once the program has been handed to the
 	// sandbox's agent: it runs from then on.
 	OnStart func()

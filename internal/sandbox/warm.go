@@ -361,6 +361,27 @@ func (m *Manager) PoolTarget(language string, configured, ceiling int) int {
 	return m.demand.target(language, configured, ceiling)
 }
 
+// Landlock reports whether programs in these sandboxes can be held to
+// filesystem rules (agent.Rules): the runtime's kernel offers Landlock.
+func (m *Manager) Landlock() bool {
+	return !m.opts.Runtime.NoLandlock && agent.LandlockABI() >= agent.MinLandlockABI
+}
+
+// Conversations returns how many conversations have a sandbox here: an
+// idle one, or a run under way.
+func (m *Manager) Conversations() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	convs := make(map[string]struct{}, len(m.held)+len(m.warm))
+	for c := range m.held {
+		convs[c] = struct{}{}
+	}
+	for k := range m.warm {
+		convs[k.conversation] = struct{}{}
+	}
+	return len(convs)
+}
+
 // Warm returns how many sandboxes wait for their conversations.
 func (m *Manager) Warm() int {
 	m.mu.Lock()

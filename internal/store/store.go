@@ -608,6 +608,17 @@ func (s *Store) Landlock(ctx context.Context) (bool, error) {
 	return slices.ContainsFunc(infos, func(i ExecutorInfo) bool { return i.Landlock }), nil
 }
 
+// Conversations returns how many conversations hold a sandbox on a live
+// executor, as their heartbeats last said.
+func (s *Store) Conversations(ctx context.Context) (int, error) {
+	infos, err := s.Executors(ctx)
+	n := 0
+	for _, i := range infos {
+		n += i.Conversations
+	}
+	return n, err
+}
+
 // Runners returns the languages offered by live executors, one entry per
 // language, sorted by language.
 func (s *Store) Runners(ctx context.Context) ([]runbox.Runner, error) {
