@@ -121,12 +121,20 @@ func main() {
 	defer stop()
 	if os.Getpid() == 1 {
 		// As the container's init, the agent gets only the signals it
-		// handles from processes of its container; ignoring these, no
-		// program can end it. The executor ends it by closing its input
-		// or by killing the container.
-		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+		// handles from processes of its container; catching these and
+		// dropping them, no program can end it. (Caught, not ignored: an
+		// ignored signal stays ignored in every program the agent
+		// starts, which could then not be asked to stop, nor trap it.)
+		// The executor ends it by closing its input or by killing the
+		// container.
+		dropped := make(chan os.Signal, 16)
+		signal.Notify(dropped, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
 			syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN,
 			syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR)
+		go func() {
+			for range dropped {
+			}
+		}()
 	} else {
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()

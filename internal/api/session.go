@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 
 	"github.com/runbox-dev/runbox/internal/sessions"
 )
@@ -15,7 +16,8 @@ const sessionHeader = "Mcp-Session-Id"
 // withSessions gives MCP calls over Streamable HTTP their session. The
 // SDK serves every call statelessly, so that any api replica answers any
 // call; the sessions are runbox's own, kept in Redis (internal/sessions):
-// an initialize without a session id opens one and answers its id, a
+// an initialize (or server/discover) without a session id opens one and
+// answers its id, a
 // call with one finds it (404 once it ended, as the transport asks, so
 // that the client starts a new one), DELETE ends it. A call without a
 // session id is in its client's sessionless scope.
@@ -67,7 +69,7 @@ func (s *Server) withSessions(h http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if initializes(body) {
+			if opens(body) {
 				if ref, err = ss.Open(ctx); err != nil {
 					s.log.Error("open a session", "err", err)
 					http.Error(w, "no session could be opened; try again", http.StatusServiceUnavailable)
@@ -80,26 +82,25 @@ func (s *Server) withSessions(h http.Handler) http.Handler {
 	})
 }
 
-// initializes reports whether a JSON-RPC message (or batch) is an
-// initialize request.
-func initializes(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"initialize"`)) {
+// opens reports whether a JSON-RPC message (or batch) starts a
+// client's connection: initialize, or server/discover, which clients of
+// the sessionless protocol (2026-07-28) send instead and whose answer's
+// session id they keep as well.
+func opens(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"initialize"`)) && !bytes.Contains(body, []byte(`"server/discover"`)) {
 		return false
 	}
 	type message struct {
 		Method string `json:"method"`
 	}
+	opening := func(m message) bool { return m.Method == "initialize" || m.Method == "server/discover" }
 	var one message
 	if json.Unmarshal(body, &one) == nil {
-		return one.Method == "initialize"
+		return opening(one)
 	}
 	var batch []message
 	if json.Unmarshal(body, &batch) == nil {
-		for _, m := range batch {
-			if m.Method == "initialize" {
-				return true
-			}
-		}
+		return slices.ContainsFunc(batch, opening)
 	}
 	return false
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -114,7 +115,7 @@ func New(stopping context.Context, rs *runs.Service, cs *conversations.Service, 
 	addFileTools(s)
 	// Outermost first: a call knows its session, then is recorded before
 	// it is counted, so that a refused call is in the log too.
-	s.sdk.AddReceivingMiddleware(s.sessionScope, aliases, s.recordCalls, s.countCalls)
+	s.sdk.AddReceivingMiddleware(s.sessionScope, aliases, s.recordCalls, s.countCalls, structuredErrors)
 	return s
 }
 
@@ -252,6 +253,10 @@ func (s *Server) sendStdin(ctx context.Context, _ *mcpsdk.CallToolRequest, in Se
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
+	if in.ExecutionID != "" {
+		ok := true
+		return nil, OK{OK: true, Success: &ok}, nil
+	}
 	return nil, OK{OK: true}, nil
 }
 
@@ -315,6 +320,26 @@ func (s *Server) toolError(ctx context.Context, err error) (*mcpsdk.CallToolResu
 		body.Available = c.Available()
 	}
 	return errorResult(body), nil, nil
+}
+
+// structuredErrors gives the tool errors the SDK makes itself (arguments
+// that do not match a tool's schema) the shape of every other: a JSON
+// {error, message} as the text and the structured content, which
+// clients that parse content[0].text rely on.
+func structuredErrors(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+		res, err := next(ctx, method, req)
+		if tr, ok := res.(*mcpsdk.CallToolResult); ok && err == nil && tr.IsError && tr.StructuredContent == nil {
+			var parts []string
+			for _, c := range tr.Content {
+				if t, ok := c.(*mcpsdk.TextContent); ok {
+					parts = append(parts, t.Text)
+				}
+			}
+			return errorResult(ToolError{Error: runbox.EInvalid, Message: strings.Join(parts, "; ")}), nil
+		}
+		return res, err
+	}
 }
 
 // errorResult is a tool error with body as its text and structured

@@ -22,6 +22,8 @@ const endWait = time.Minute
 type held struct {
 	mu   sync.Mutex
 	refs map[*mcpsdk.ServerSession]sessions.Ref
+	// ending counts the ends under way of closed transports' sessions.
+	ending sync.WaitGroup
 }
 
 // sessionScope gives every call the session it came in (sessions.From).
@@ -46,7 +48,7 @@ func (s *Server) heldRef(ctx context.Context, ss *mcpsdk.ServerSession) sessions
 	}
 	ref := sessions.Ref{Client: sessions.Client(ctx), ID: rand.Text()}
 	s.held.refs[ss] = ref
-	go func() {
+	s.held.ending.Go(func() {
 		_ = ss.Wait()
 		s.held.mu.Lock()
 		delete(s.held.refs, ss)
@@ -59,13 +61,26 @@ func (s *Server) heldRef(ctx context.Context, ss *mcpsdk.ServerSession) sessions
 		if _, err := s.Sessions.End(ectx, ref); err != nil {
 			s.log.Warn("end the session of a closed transport", "session", ref.ID, "err", err)
 		}
-	}()
+	})
 	return ref
 }
 
 // EndHeld ends the sessions of the transports this process holds, for a
-// process that stops serving them (stdio's client went away).
+// process that stops serving them (stdio's client went away), and waits
+// for every end under way, so that what a session holds is let go before
+// the process closes its connections.
 func (s *Server) EndHeld(ctx context.Context) {
+	defer func() {
+		done := make(chan struct{})
+		go func() {
+			s.held.ending.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}()
 	s.held.mu.Lock()
 	refs := make([]sessions.Ref, 0, len(s.held.refs))
 	for ss, ref := range s.held.refs {

@@ -15,9 +15,11 @@ import (
 // each schema admits the ToolError shape besides the tool's own, so that
 // a client that checks results against the schema accepts both.
 
-// OK is send_stdin's answer.
+// OK is send_stdin's answer; an execution's input (the streaming
+// sandbox server's) answers success too, as that server does.
 type OK struct {
-	OK bool `json:"ok"`
+	OK      bool  `json:"ok"`
+	Success *bool `json:"success,omitempty"`
 }
 
 // toolInfo is what a tool declares beyond its input.
