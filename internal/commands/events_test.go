@@ -35,7 +35,9 @@ func TestConvert(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	ev := func(ms int, typ, data string) runbox.Event { return runbox.Event{TS: at(ms), Type: typ, Data: data} }
 	exit := runbox.Event{TS: at(90), Type: runbox.EventExit, ExitCode: intp(3), DurationMS: int64p(80)}
-	done := func(r runbox.Result) runbox.Event { return runbox.Event{TS: at(95), Type: runbox.EventDone, Result: &r} }
+	done := func(r runbox.Result) runbox.Event {
+		return runbox.Event{TS: at(95), Type: runbox.EventDone, Result: &r}
+	}
 	tests := []struct {
 		name string
 		evs  []runbox.Event

@@ -33,9 +33,9 @@ type Limits struct {
 	MaxCommandTimeoutSeconds int
 	// MaxSessions bounds the conversations holding a sandbox
 	// (SANDBOX_MAX_SESSIONS); 0: no limit.
-	MaxSessions int
-	MaxStdinBytes            int // stdin given up front, and each send_stdin
-	MaxWaiting               int // runs waiting per conversation
+	MaxSessions   int
+	MaxStdinBytes int // stdin given up front, and each send_stdin
+	MaxWaiting    int // runs waiting per conversation
 	// ClientStorage returns the bytes a client's conversations take, for
 	// tiers with storage_bytes; nil: not held.
 	ClientStorage func(ctx context.Context, client string) (int64, error)
@@ -59,7 +59,7 @@ var aliases = map[string]string{
 	"py": "python", "python3": "python",
 	"ts": "typescript",
 	"js": "javascript", "node": "javascript", "nodejs": "javascript",
-	"sh": "bash",
+	"sh":     "bash",
 	"golang": "go", "rs": "rust", "c++": "cpp", "cxx": "cpp",
 	"rb": "ruby", "sqlite": "sql", "sqlite3": "sql",
 }
