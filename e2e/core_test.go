@@ -18,7 +18,7 @@ import (
 )
 
 // allLanguages are the runners built from runners/.
-var allLanguages = []string{"bash", "c", "cpp", "go", "java", "javascript", "php", "python", "r", "ruby", "rust", "sql", "typescript"}
+var allLanguages = []string{"bash", "c", "cpp", "go", "java", "javascript", "php", "python", "r", "ruby", "rust", "shell", "sql", "typescript"}
 
 // TestMCP is the core acceptance: the official SDK client over Streamable
 // HTTP against api, an executor, redis-server and Docker.
@@ -717,6 +717,10 @@ func TestConfigErrors(t *testing.T) {
 		{bin.api, []string{"MCP_API_TOKENS=nocolon"}, "MCP_API_TOKENS"},
 		{bin.api, []string{"REDIS_URL=redis://127.0.0.1:1/0"}, "not reachable"},
 		{bin.executor, nil, "REDIS_URL is required"},
+		// A misspelt limit never leaves the limit off.
+		{bin.api, []string{"SANDBOX_MEMORY_LIMT=1g"}, "did you mean SANDBOX_MEMORY_LIMIT"},
+		{bin.api, []string{"SANDBOX_MAX_PER_SESION=2"}, "did you mean SANDBOX_MAX_PER_SESSION"},
+		{bin.api, []string{"SANDBOX_EXEC_TIMEOUT_S=5", "SANDBOX_EXEC_TIMEOUT=5s"}, "the same setting"},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(c.bin)

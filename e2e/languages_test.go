@@ -118,6 +118,16 @@ var languages = []language{
 		loop:  "$stdout.sync = true\nputs 'up'\nloop {}",
 		shell: `exit(system("sh", "-c", "CMD") ? 0 : 1)`,
 	},
+	// The commands tools' general-purpose box, as a language of its own.
+	{name: "shell",
+		hello:  "echo hello",
+		stdin:  "tr '[:lower:]' '[:upper:]'",
+		out:    "printf shell > out.txt",
+		broken: "if then fi", brokenErr: "syntax error",
+		fails: "echo boom >&2; exit 4", failsCode: 4,
+		loop:  "echo up; while :; do :; done",
+		shell: "CMD",
+	},
 	{name: "php",
 		// Without the opening tag: PHP code all the same.
 		hello:  `echo "hello\n";`,

@@ -41,6 +41,10 @@ func New(rdb redis.UniversalClient) *Store {
 	return &Store{rdb: rdb, rate: redis_rate.NewLimiter(rdb), retention: DefaultRetention, now: time.Now}
 }
 
+// SetClock has the store take the time from now (an injected clock)
+// where it records when something happened. Call it before use.
+func (s *Store) SetClock(now func() time.Time) { s.now = now }
+
 // Retention is how long runs and their traces are kept.
 func (s *Store) Retention() time.Duration { return s.retention }
 

@@ -1,0 +1,90 @@
+package sessions
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+)
+
+func newService(t *testing.T, clock clockwork.Clock) (*Service, *[]Ref) {
+	_, url := testenv.Miniredis(t)
+	s := New(store.New(testenv.Client(t, url)), time.Minute, clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var ended []Ref
+	s.OnEnd(func(ctx context.Context, ref Ref) {
+		if Client(ctx) != ref.Client {
+			t.Errorf("ended with the client %q, want %q", Client(ctx), ref.Client)
+		}
+		ended = append(ended, ref)
+	})
+	return s, &ended
+}
+
+// TestSessionLife: a session opened for its client is found, touched,
+// ended once (its holders told), and not found after; an id that could
+// not have been issued is never looked up.
+func TestSessionLife(t *testing.T) {
+	s, ended := newService(t, clockwork.NewRealClock())
+	ctx := auth.WithClient(context.Background(), clients.Client{Name: "alice"})
+	ref, err := s.Open(ctx)
+	if err != nil || ref.Client != "alice" || !ValidID(ref.ID) {
+		t.Fatalf("open: %+v, %v", ref, err)
+	}
+	if ok, err := s.Touch(ctx, ref); !ok || err != nil {
+		t.Fatalf("touch: %v, %v", ok, err)
+	}
+	if ok, _ := s.Touch(ctx, Ref{Client: "bob", ID: ref.ID}); ok {
+		t.Fatal("another client's session of that id is found")
+	}
+	if ok, _ := s.Touch(ctx, Ref{Client: "alice", ID: "../../x"}); ok {
+		t.Fatal("a made-up id is found")
+	}
+	for range 2 {
+		if _, err := s.End(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(*ended) != 1 || (*ended)[0] != ref {
+		t.Fatalf("ended %v", *ended)
+	}
+	if ok, _ := s.Touch(ctx, ref); ok {
+		t.Fatal("an ended session is found")
+	}
+}
+
+// TestEndIdle: a session unused past its TTL is ended; one used since is
+// not; the sessionless scope, once used, ends the same way.
+func TestEndIdle(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	s, ended := newService(t, clock)
+	ctx := context.Background()
+	quiet, err := s.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, _ := s.Open(ctx)
+	if err := s.Ensure(ctx, Ref{Client: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	s.store.SetClock(clock.Now)
+	clock.Advance(45 * time.Second)
+	s.Touch(ctx, busy)
+	clock.Advance(30 * time.Second)
+	if n := s.EndIdle(ctx, 10); n != 2 {
+		t.Fatalf("ended %d, want 2 (%v)", n, *ended)
+	}
+	if ok, _ := s.Touch(ctx, busy); !ok {
+		t.Fatal("a session in use was ended")
+	}
+	if ok, _ := s.Touch(ctx, quiet); ok {
+		t.Fatal("an idle session lives on")
+	}
+}
