@@ -43,7 +43,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
@@ -104,6 +104,12 @@ func run(binDir, outFile string, n int) error {
 		target:   "≤ 60 ms; ≤ 0.15×",
 		met:      l.Median <= 60*time.Millisecond && float64(l.Median) <= 0.15*float64(dr.Median),
 	})
+
+	cmdRows, err := commandRows(ctx, cs, n)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, cmdRows...)
 
 	log.Print("run_code keep_state 1+1 over /mcp, sequential")
 	klat, _, err := bench.SequentialArgs(ctx, cs, map[string]any{"language": "python", "code": "1 + 1",
@@ -325,6 +331,12 @@ func runOnly(binDir, only, outFile string, n int) error {
 			rows = append(rows, r...)
 		case "languages":
 			r, err := onlyLanguages(ctx, binDir, n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
+		case "commands":
+			r, err := onlyCommands(ctx, binDir, n)
 			if err != nil {
 				return err
 			}
