@@ -55,15 +55,7 @@ func commandRows(ctx context.Context, cs *mcp.ClientSession, n int) ([]row, erro
 
 // onlyCommands is commandRows on a service of its own.
 func onlyCommands(ctx context.Context, binDir string, n int) ([]row, error) {
-	svc, err := startService(binDir, serviceOptions{executors: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer svc.stop()
-	cs, err := bench.Client{URL: svc.url, Token: svc.token}.Session(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer cs.Close()
-	return commandRows(ctx, cs, n)
+	return onService(ctx, binDir, func(_ *service, cs *mcp.ClientSession) ([]row, error) {
+		return commandRows(ctx, cs, n)
+	})
 }

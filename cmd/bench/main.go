@@ -786,6 +786,14 @@ func versitygw() string {
 
 // onlyLanguages starts the service and measures the languages alone.
 func onlyLanguages(ctx context.Context, binDir string, n int) ([]row, error) {
+	return onService(ctx, binDir, func(_ *service, cs *mcp.ClientSession) ([]row, error) {
+		return languageRows(ctx, cs, max(n/4, 12))
+	})
+}
+
+// onService starts a service with one executor and measures it with f
+// over one MCP session.
+func onService(ctx context.Context, binDir string, f func(*service, *mcp.ClientSession) ([]row, error)) ([]row, error) {
 	svc, err := startService(binDir, serviceOptions{executors: 1})
 	if err != nil {
 		return nil, err
@@ -796,5 +804,5 @@ func onlyLanguages(ctx context.Context, binDir string, n int) ([]row, error) {
 		return nil, err
 	}
 	defer cs.Close()
-	return languageRows(ctx, cs, max(n/4, 12))
+	return f(svc, cs)
 }

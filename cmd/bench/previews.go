@@ -139,17 +139,9 @@ func previewRows(ctx context.Context, svc *service, cs *mcp.ClientSession, n int
 
 // onlyPreviews starts the service and measures previews alone.
 func onlyPreviews(ctx context.Context, binDir string, n int) ([]row, error) {
-	svc, err := startService(binDir, serviceOptions{executors: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer svc.stop()
-	cs, err := bench.Client{URL: svc.url, Token: svc.token}.Session(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer cs.Close()
-	return previewRows(ctx, svc, cs, n)
+	return onService(ctx, binDir, func(svc *service, cs *mcp.ClientSession) ([]row, error) {
+		return previewRows(ctx, svc, cs, n)
+	})
 }
 
 // backgroundPreview starts a server with run_code background: true and
