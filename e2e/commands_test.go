@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -521,4 +522,32 @@ func TestCommandsStdio(t *testing.T) {
 		t.Fatalf("after the client left: %s", run.Status)
 	}
 
+}
+
+// TestCommandsNetwork: sandbox_config.network is the egress allowlist
+// of runs: a command reaches what it names within its client's
+// allowlist, through runbox's proxy, and nothing denied_domains takes
+// out of it.
+func TestCommandsNetwork(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(rw http.ResponseWriter, r *http.Request) { fmt.Fprintf(rw, "hello from %s", r.Host) })
+	port := loopback(t, mux)
+	s := start(t, options{env: []string{"SANDBOX_EGRESS_ALLOW=files.test,other.test",
+		fmt.Sprintf("SANDBOX_EGRESS_HOSTS=files.test=127.0.0.1:%d,other.test=127.0.0.1:%[1]d", port)}})
+	cs := s.session(nil)
+	get := fmt.Sprintf(`for h in files.test other.test; do curl -sS -m 10 "http://$h:%d/hello" || echo " refused $h"; echo; done`, port)
+	o := execute(t, cs, map[string]any{"command": get,
+		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"files.test", "other.test"}, "denied_domains": []string{"other.test"}}}})
+	out := strings.Join(o.lines("stdout"), "\n")
+	if !strings.Contains(out, fmt.Sprintf("hello from files.test:%d", port)) || !strings.Contains(out, "refused other.test") ||
+		strings.Contains(out, "hello from other.test") {
+		t.Fatalf("%s\n%+v", out, o)
+	}
+	// Without network asked for, nothing.
+	o = execute(t, cs, map[string]any{"command": get})
+	if out := strings.Join(o.lines("stdout"), "\n"); strings.Contains(out, "hello from") {
+		t.Fatalf("a command without network reached %s", out)
+	}
+	refused(t, cs, "execute_code", map[string]any{"command": "true",
+		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"elsewhere.test"}}}}, "egress_denied")
 }

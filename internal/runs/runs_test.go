@@ -16,7 +16,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
-var limits = Limits{MaxCodeBytes: 100, MaxTimeoutSeconds: 60, MaxStdinBytes: 10, MaxWaiting: 4}
+var limits = Limits{MaxCodeBytes: 100, MaxTimeoutSeconds: 60, MaxCommandTimeoutSeconds: 300, MaxStdinBytes: 10, MaxWaiting: 4}
 
 func TestNormalize(t *testing.T) {
 	s := NewService(nil, nil, nil, limits, slog.New(slog.DiscardHandler))
@@ -45,6 +45,9 @@ func TestNormalize(t *testing.T) {
 		{"env name", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"1X": "v"}}, runbox.EInvalid, nil},
 		{"reserved env", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"RUNBOX_X": "v"}}, runbox.EInvalid, nil},
 		{"NUL in env value", runbox.Spec{Language: "bash", Code: "x", Env: map[string]string{"X": "a\x00b"}}, runbox.EInvalid, nil},
+		{"a command's time", runbox.Spec{Language: "shell", Code: "x", Command: true}, "", func(s runbox.Spec) bool { return s.TimeoutSeconds == 300 }},
+		{"a command's longest", runbox.Spec{Language: "shell", Code: "x", Command: true, TimeoutSeconds: 301}, runbox.EInvalid, nil},
+		{"filesystem rules beyond commands", runbox.Spec{Language: "bash", Code: "x", Filesystem: &runbox.Filesystem{}}, runbox.EUnsupported, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,5 +136,30 @@ func TestSubmit(t *testing.T) {
 	}
 	if strings.Join(types, ",") != "queued,started,stdout,done" {
 		t.Errorf("events %v", types)
+	}
+}
+
+// TestMaxSessions: past SANDBOX_MAX_SESSIONS conversations holding a
+// sandbox, a run of another is refused (max_sessions); one of a
+// conversation that holds a sandbox goes on.
+func TestMaxSessions(t *testing.T) {
+	s, st, _ := newService(t)
+	s.limits.MaxSessions = 2
+	ctx := context.Background()
+	beat := func(n int) {
+		st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}, Conversations: n}, time.Minute)
+	}
+	beat(1)
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "python", Code: "x", ConversationID: "held"}, ""); err != nil {
+		t.Fatalf("below the limit: %v", err)
+	}
+	beat(2)
+	key, _ := ConversationKey(ctx, "held")
+	st.SetOwner(ctx, key, "ex", time.Minute)
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "python", Code: "x", ConversationID: "new"}, ""); runbox.ErrorCode(err) != runbox.EMaxSessions {
+		t.Fatalf("a new conversation at the limit: %v", err)
+	}
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "python", Code: "x", ConversationID: "held", Parallel: true}, ""); err != nil {
+		t.Fatalf("a conversation with a sandbox at the limit: %v", err)
 	}
 }
