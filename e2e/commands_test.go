@@ -527,19 +527,16 @@ func TestCommandsStdio(t *testing.T) {
 // TestCommandsNetwork: sandbox_config.network is the egress allowlist
 // of runs: a command reaches what it names within its client's
 // allowlist, through runbox's proxy, and nothing denied_domains takes
-// out of it.
+// out of it; pip installs from an allowed index into the session.
 func TestCommandsNetwork(t *testing.T) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/hello", func(rw http.ResponseWriter, r *http.Request) { fmt.Fprintf(rw, "hello from %s", r.Host) })
-	port := loopback(t, mux)
-	s := start(t, options{env: []string{"SANDBOX_EGRESS_ALLOW=files.test,other.test",
-		fmt.Sprintf("SANDBOX_EGRESS_HOSTS=files.test=127.0.0.1:%d,other.test=127.0.0.1:%[1]d", port)}})
+	w := newWorld(t)
+	s := start(t, options{env: w.env()})
 	cs := s.session(nil)
-	get := fmt.Sprintf(`for h in files.test other.test; do curl -sS -m 10 "http://$h:%d/hello" || echo " refused $h"; echo; done`, port)
+	get := fmt.Sprintf(`for h in files.test other.test; do curl -sS -m 10 "http://$h:%d/hello" || echo " refused $h"; echo; done`, w.files)
 	o := execute(t, cs, map[string]any{"command": get,
 		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"files.test", "other.test"}, "denied_domains": []string{"other.test"}}}})
 	out := strings.Join(o.lines("stdout"), "\n")
-	if !strings.Contains(out, fmt.Sprintf("hello from files.test:%d", port)) || !strings.Contains(out, "refused other.test") ||
+	if !strings.Contains(out, fmt.Sprintf("hello from files.test:%d", w.files)) || !strings.Contains(out, "refused other.test") ||
 		strings.Contains(out, "hello from other.test") {
 		t.Fatalf("%s\n%+v", out, o)
 	}
@@ -550,4 +547,16 @@ func TestCommandsNetwork(t *testing.T) {
 	}
 	refused(t, cs, "execute_code", map[string]any{"command": "true",
 		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"elsewhere.test"}}}}, "egress_denied")
+
+	// pip, as a command, from the index the network allows; the next
+	// command of the session imports what it installed.
+	o = execute(t, cs, map[string]any{"command": "pip install -q tinypkg==0.1.0 && echo installed",
+		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"pypi.test"}}}})
+	if o.Status != "completed" || *o.ExitCode != 0 || !w.index.fetched("tinypkg-0.1.0-py3-none-any.whl") {
+		t.Fatalf("pip install: %+v", o)
+	}
+	o = execute(t, cs, map[string]any{"command": `python -c 'import tinypkg; print(tinypkg.X)'`})
+	if strings.Join(o.lines("stdout"), ",") != "42" {
+		t.Fatalf("import after the install: %+v", o)
+	}
 }
