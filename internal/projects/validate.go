@@ -23,10 +23,6 @@ const (
 	maxPathBytes        = 1024
 )
 
-// GatewayTemplates are the templates the gateway names; an installation
-// may lack some (next) and offer more (images an operator labelled).
-var GatewayTemplates = []string{"react", "next", "vue", "node"}
-
 var projectNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 func checkProjectName(name string) error {
