@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,6 +193,27 @@ func TestCommands(t *testing.T) {
 			if o.Output[i].TS < o.Output[i-1].TS {
 				t.Errorf("events out of order: %+v", o.Output)
 			}
+		}
+	})
+
+	t.Run("output streams as progress", func(t *testing.T) {
+		var mu sync.Mutex
+		var got []string
+		ps := s.session(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, req.Params.Message)
+		}})
+		params := &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"command": "echo first; sleep 1; echo second"}}
+		params.SetProgressToken("exec-1")
+		res, err := ps.CallTool(context.Background(), params)
+		if err != nil || res.IsError {
+			t.Fatalf("%v %s", err, text(res))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Join(got, "") != "first\nsecond\n" {
+			t.Fatalf("progress messages %q", got)
 		}
 	})
 

@@ -16,6 +16,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/conversations"
+	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/sessions"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -323,9 +324,12 @@ func (s *Service) Output(ctx context.Context, in OutputInput) (Output, error) {
 // output waits up to wait for run id to end, then answers as it stands.
 func (s *Service) output(ctx context.Context, id string, wait time.Duration) (Output, error) {
 	if wait > 0 {
+		// A caller that asked for progress hears the output as it comes.
+		onEvent, stop := mcp.Progress(ctx)
 		wctx, cancel := context.WithTimeout(ctx, wait)
-		_, err := s.runs.Wait(wctx, id, 0, nil)
+		_, err := s.runs.Wait(wctx, id, 0, onEvent)
 		cancel()
+		stop()
 		if err != nil && ctx.Err() != nil {
 			return Output{}, ctx.Err()
 		}

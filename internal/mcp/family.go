@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // A tool family of its own (the git tools of internal/gitexport) lives in
@@ -43,13 +45,33 @@ func AddTool[In, Out any](s *Server, t *mcpsdk.Tool, spec ToolSpec, h func(conte
 	info := toolInfo{out: spec.Out, readOnly: spec.ReadOnly, destructive: spec.Destructive,
 		idempotent: spec.Idempotent, openWorld: spec.OpenWorld, egress: spec.Egress}
 	name := t.Name
-	mcpsdk.AddTool(s.sdk, s.describeWith(t, info), func(ctx context.Context, _ *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
-		out, err := h(ctx, in)
+	mcpsdk.AddTool(s.sdk, s.describeWith(t, info), func(ctx context.Context, req *mcpsdk.CallToolRequest, in In) (*mcpsdk.CallToolResult, any, error) {
+		out, err := h(context.WithValue(ctx, progressKey{}, progressOf{s, req}), in)
 		if err != nil {
 			return s.toolErrorOf(ctx, name, err)
 		}
 		return nil, out, nil
 	})
+}
+
+type progressKey struct{}
+
+// progressOf is a family tool's call, for Progress.
+type progressOf struct {
+	s   *Server
+	req *mcpsdk.CallToolRequest
+}
+
+// Progress returns, for a family tool's call that carries a progress
+// token, a handler that streams a run's output to the caller as progress
+// notifications (and a heartbeat while it is silent, as run_code's), and
+// the func that ends them; nil and a no-op otherwise.
+func Progress(ctx context.Context) (func(runbox.Event), func()) {
+	p, ok := ctx.Value(progressKey{}).(progressOf)
+	if !ok {
+		return nil, func() {}
+	}
+	return p.s.startProgress(ctx, p.req)
 }
 
 // toolErrorOf is toolError in the dialect of the tool name.
