@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -313,7 +314,7 @@ print(s.recv(400).decode().split("\r\n\r\n")[1].strip())`})
 		}
 		for _, tool := range list.Tools {
 			open := *tool.Annotations.OpenWorldHint
-			if want := tool.Name == "run_code" || tool.Name == "start_run"; open != want {
+			if want := slices.Contains([]string{"run_code", "start_run", "execute_code", "execute_code_async"}, tool.Name); open != want {
 				t.Errorf("%s: openWorldHint %v", tool.Name, open)
 			}
 		}

@@ -56,6 +56,14 @@ type gitRemote struct {
 	tempDir string
 }
 
+// session returns the endpoint for one session: a copy, as go-git's
+// HTTP session rewrites its endpoint (following a redirect), and pushes
+// of one repository run side by side.
+func (g *gitRemote) session() *transport.Endpoint {
+	ep := *g.endpoint
+	return &ep
+}
+
 // gitUser is the user name sent with a token: GitHub wants one, any
 // will do, and Gitea takes the token from the password.
 const gitUser = "x-access-token"
@@ -96,7 +104,7 @@ const pushAttempts = 3
 // canPush asks for the receive-pack advertisement: only a token that may
 // push gets it.
 func (g *gitRemote) canPush(ctx context.Context) error {
-	sess, err := g.transport.NewReceivePackSession(g.endpoint, g.auth)
+	sess, err := g.transport.NewReceivePackSession(g.session(), g.auth)
 	if err != nil {
 		return gitError("push", err)
 	}
@@ -121,7 +129,7 @@ func (g *gitRemote) push(ctx context.Context, c Commit) (string, error) {
 var errMoved = runbox.Errorf(runbox.EUnavailable, "the branch kept changing while the commit was made; try again")
 
 func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
-	sess, err := g.transport.NewReceivePackSession(g.endpoint, g.auth)
+	sess, err := g.transport.NewReceivePackSession(g.session(), g.auth)
 	if err != nil {
 		return "", gitError("push", err)
 	}
@@ -205,7 +213,7 @@ func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 
 // fetchCommit fetches one commit and its tree (depth 1) into st.
 func (g *gitRemote) fetchCommit(ctx context.Context, st *filesystem.Storage, h plumbing.Hash) error {
-	sess, err := g.transport.NewUploadPackSession(g.endpoint, g.auth)
+	sess, err := g.transport.NewUploadPackSession(g.session(), g.auth)
 	if err != nil {
 		return gitError("fetch", err)
 	}
