@@ -554,7 +554,7 @@ func TestCommandsNetwork(t *testing.T) {
 	w := newWorld(t)
 	s := start(t, options{env: w.env()})
 	cs := s.session(nil)
-	get := fmt.Sprintf(`for h in files.test other.test; do curl -sS -m 10 "http://$h:%d/hello" || echo " refused $h"; echo; done`, w.files)
+	get := fmt.Sprintf(`for h in files.test other.test; do curl -fsS -m 10 "http://$h:%d/hello" || echo " refused $h"; echo; done`, w.files)
 	o := execute(t, cs, map[string]any{"command": get,
 		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []string{"files.test", "other.test"}, "denied_domains": []string{"other.test"}}}})
 	out := strings.Join(o.lines("stdout"), "\n")
