@@ -232,9 +232,40 @@ func (z *zygote) runOnce() error {
 	z.mu.Unlock()
 	kill()
 	if !reaped {
-		<-ended
+		z.awaitEnd(ended)
 	}
 	return readErr
+}
+
+// continueEvery is how often a zygote's end, awaited, continues its
+// template.
+const continueEvery = 50 * time.Millisecond
+
+// awaitEnd waits for the zygote's end. A zygote spawned from the template
+// is the template's child: its end comes from the template, which reaps
+// it — unless a program stopped the template (it runs as the programs'
+// user), which is therefore continued while the end is awaited. A reset
+// waits for this, and would otherwise wait for good.
+func (z *zygote) awaitEnd(ended <-chan syscall.WaitStatus) {
+	if z.template == nil {
+		<-ended
+		return
+	}
+	t := time.NewTicker(continueEvery)
+	defer t.Stop()
+	for {
+		if pid := z.template.processID(); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		select {
+		case <-ended:
+			return
+		case <-z.template.done:
+			<-ended // its end is told by the template's, which has come
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // launch spawns the zygote from the template, if it is ready, or starts

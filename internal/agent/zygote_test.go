@@ -247,6 +247,26 @@ func TestZygoteTemplateStopped(t *testing.T) {
 	}
 }
 
+// TestZygoteEndsWithTemplateStopped: a zygote spawned from the template
+// is the template's child, whose end the template reports; a program that
+// stopped the template (SIGSTOP) must not keep the zygote's stop — which
+// a reset waits for — from ending.
+func TestZygoteEndsWithTemplateStopped(t *testing.T) {
+	tmpl, z, _ := newTestZygote(t)
+	if got := parentOf(t, z.processID()); got != tmpl.processID() {
+		t.Fatalf("the zygote's parent is %d, not the template %d", got, tmpl.processID())
+	}
+	if err := syscall.Kill(tmpl.processID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	z.stop()
+	select {
+	case <-z.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the zygote's end waits for a stopped template")
+	}
+}
+
 // TestZygoteTemplateSilent: a template that does not answer a spawn is
 // ended, and the zygote is started the ordinary way.
 func TestZygoteTemplateSilent(t *testing.T) {
