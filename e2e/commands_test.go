@@ -530,20 +530,41 @@ func TestCommandsStdio(t *testing.T) {
 	if err := cs.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
+	awaitCancelled(t, s, started.ExecutionID)
+}
+
+// TestCommandsSSE: over HTTP+SSE the session is the event stream: its
+// close cancels what runs, and another stream is another session.
+func TestCommandsSSE(t *testing.T) {
+	s := start(t, options{})
+	cs, other := s.sseSession(), s.sseSession()
+	var started execOutput
+	command(t, cs, "execute_code_async", map[string]any{"command": "sleep 120"}, &started)
+	waitOutput(t, cs, started.ExecutionID, func(o execOutput) bool { return o.event("ready") != nil })
+	refused(t, other, "get_execution_status", map[string]any{"execution_id": started.ExecutionID}, "not_found")
+	if err := cs.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	awaitCancelled(t, s, started.ExecutionID)
+}
+
+// awaitCancelled waits for an execution whose session ended to be
+// cancelled (REST sees its run).
+func awaitCancelled(t *testing.T, s *service, id string) {
+	t.Helper()
 	var run struct {
 		Status string `json:"status"`
 	}
 	deadline := time.Now().Add(time.Minute)
-	for s.request(http.MethodGet, "/v1/runs/"+started.ExecutionID, nil, &run); run.Status == "running" || run.Status == "queued"; s.request(http.MethodGet, "/v1/runs/"+started.ExecutionID, nil, &run) {
+	for s.request(http.MethodGet, "/v1/runs/"+id, nil, &run); run.Status == "running" || run.Status == "queued"; s.request(http.MethodGet, "/v1/runs/"+id, nil, &run) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the execution runs on after its client left: %s", run.Status)
+			t.Fatalf("the execution runs on after its session ended: %s", run.Status)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if run.Status != "cancelled" && run.Status != "error" {
-		t.Fatalf("after the client left: %s", run.Status)
+	if run.Status != "cancelled" {
+		t.Fatalf("after its session ended: %s", run.Status)
 	}
-
 }
 
 // TestCommandsNetwork: sandbox_config.network is the egress allowlist
