@@ -301,6 +301,16 @@ func (s *Service) execution(ctx context.Context, id string) (store.Execution, er
 	return e, err
 }
 
+// executionRun returns the caller's session's execution id and its run.
+func (s *Service) executionRun(ctx context.Context, id string) (store.Execution, runbox.Run, error) {
+	e, err := s.execution(ctx, id)
+	if err != nil {
+		return store.Execution{}, runbox.Run{}, err
+	}
+	run, err := s.runs.Get(ctx, e.RunID)
+	return e, run, err
+}
+
 // OutputInput are get_execution_output's arguments.
 type OutputInput struct {
 	ExecutionID string `json:"execution_id" jsonschema:"the execution's id"`
@@ -385,11 +395,7 @@ type Cancelled struct {
 // Cancel ends an execution: killed with force, else asked to stop and
 // killed after a grace. One that ended already is left as it is.
 func (s *Service) Cancel(ctx context.Context, in CancelInput) (Cancelled, error) {
-	e, err := s.execution(ctx, in.ExecutionID)
-	if err != nil {
-		return Cancelled{}, err
-	}
-	run, err := s.runs.Get(ctx, e.RunID)
+	e, run, err := s.executionRun(ctx, in.ExecutionID)
 	if err != nil {
 		return Cancelled{}, err
 	}
@@ -448,11 +454,7 @@ type StatusInput struct {
 
 // Status returns an execution's state in detail.
 func (s *Service) Status(ctx context.Context, in StatusInput) (Info, error) {
-	e, err := s.execution(ctx, in.ExecutionID)
-	if err != nil {
-		return Info{}, err
-	}
-	run, err := s.runs.Get(ctx, e.RunID)
+	e, run, err := s.executionRun(ctx, in.ExecutionID)
 	if err != nil {
 		return Info{}, err
 	}
