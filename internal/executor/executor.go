@@ -289,6 +289,10 @@ func (e *Executor) cancelAll(cause error) {
 	}
 }
 
+// sandboxRemoval bounds how long a stopping executor waits for the
+// engine to remove its sandboxes.
+const sandboxRemoval = 90 * time.Second
+
 // Shutdown stops taking runs, lets running ones finish for the grace
 // period, then kills the rest and ends them as errors, so that none is left
 // running and none runs again. It returns when every sandbox is removed:
@@ -332,13 +336,18 @@ wait:
 	if err := e.store.Unregister(cctx, e.cfg.ID); err != nil {
 		e.log.Warn("unregister", "err", err)
 	}
-	if err := e.sandboxes.Shutdown(cctx); err != nil {
+	// The engine may take its time removing them: longer than the rest.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), sandboxRemoval)
+	defer scancel()
+	if err := e.sandboxes.Shutdown(sctx); err != nil {
 		e.log.Warn("remove sandboxes", "err", err)
 	}
 	if err := e.folders.RemoveSlots(e.slotPrefix()); err != nil {
 		e.log.Warn("remove slots", "err", err)
 	}
-	e.reapPeersAtShutdown(cctx)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	e.reapPeersAtShutdown(rctx)
 	e.log.Info("executor stopped")
 }
 

@@ -461,21 +461,37 @@ func (m *Manager) peerContainers(ctx context.Context) ([]container.Summary, erro
 }
 
 // Shutdown removes the warm sandboxes and then every container of this
-// executor, tracked or not. Call it once no run is left.
+// executor, tracked or not, and looks again until none is left or ctx
+// ends: the engine may take longer than a removal's own timeout to
+// remove a container (a gVisor sandbox with many tasks took over 30 s on
+// a loaded machine), and one it is still removing is listed until it is
+// gone. Call it once no run is left.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.Close()
-	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: client.Filters{}.Add("label", LabelExecutor+"="+m.opts.ExecutorID),
-	})
-	if err != nil {
-		return fmt.Errorf("list containers: %w", err)
+	for {
+		res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
+			All:     true,
+			Filters: client.Filters{}.Add("label", LabelExecutor+"="+m.opts.ExecutorID),
+		})
+		if err != nil {
+			return fmt.Errorf("list containers: %w", err)
+		}
+		if len(res.Items) == 0 {
+			return nil
+		}
+		for _, c := range res.Items {
+			m.remove(c.ID)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d containers are left: %w", len(res.Items), ctx.Err())
+		case <-time.After(shutdownRecheck):
+		}
 	}
-	for _, c := range res.Items {
-		m.remove(c.ID)
-	}
-	return nil
 }
+
+// shutdownRecheck is how often Shutdown looks again for containers left.
+const shutdownRecheck = 500 * time.Millisecond
 
 // Live returns how many containers the manager has started and not yet
 // removed.
