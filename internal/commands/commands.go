@@ -67,28 +67,23 @@ func New(rs *runs.Service, cs *conversations.Service, st *store.Store, ss *sessi
 	return s
 }
 
-// ExecuteInput are execute_code's and execute_code_async's arguments.
-type ExecuteInput struct {
+// AsyncInput are execute_code_async's arguments, and execute_code's but
+// one.
+type AsyncInput struct {
 	Command          string            `json:"command" jsonschema:"the shell command to run (bash), e.g. python -c 'print(1)' or ls -la /data"`
 	TimeoutSeconds   int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default and most: the server's SANDBOX_TIMEOUT, 300)"`
 	Interactive      bool              `json:"interactive,omitempty" jsonschema:"keep stdin open for send_stdin"`
 	WorkingDirectory string            `json:"working_directory,omitempty" jsonschema:"where it runs: under /data or /tmp, or relative to /data (default /data, the session's folder)"`
 	Environment      map[string]string `json:"environment,omitempty" jsonschema:"extra environment variables (not HOME, PATH, proxy or package-index settings)"`
 	SandboxConfig    *SandboxConfig    `json:"sandbox_config,omitempty" jsonschema:"narrows what the command may reach and touch"`
-	// WaitForCompletion defaults to true (execute_code); a pointer, so
-	// that false is told from absent.
-	WaitForCompletion *bool `json:"wait_for_completion,omitempty" jsonschema:"wait for the command to end and return its output (default true); false returns at once with the execution_id"`
 }
 
-// AsyncInput are execute_code_async's arguments: execute_code's, never
-// waiting.
-type AsyncInput struct {
-	Command          string            `json:"command" jsonschema:"the shell command to run (bash)"`
-	TimeoutSeconds   int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default and most: SANDBOX_TIMEOUT, 300)"`
-	Interactive      bool              `json:"interactive,omitempty" jsonschema:"keep stdin open for send_stdin"`
-	WorkingDirectory string            `json:"working_directory,omitempty" jsonschema:"under /data or /tmp, or relative to /data"`
-	Environment      map[string]string `json:"environment,omitempty" jsonschema:"extra environment variables"`
-	SandboxConfig    *SandboxConfig    `json:"sandbox_config,omitempty" jsonschema:"narrows what the command may reach and touch"`
+// ExecuteInput are execute_code's arguments.
+type ExecuteInput struct {
+	AsyncInput
+	// WaitForCompletion defaults to true; a pointer, so that false is
+	// told from absent.
+	WaitForCompletion *bool `json:"wait_for_completion,omitempty" jsonschema:"wait for the command to end and return its output (default true); false returns at once with the execution_id"`
 }
 
 // Started is what an execution that was not waited for answers.
@@ -149,7 +144,7 @@ func (s *Service) session(ctx context.Context) (sessions.Ref, error) {
 // Execute starts a command; with wait it follows it to its end (or as
 // long as its timeout, and then answers as it stands).
 func (s *Service) Execute(ctx context.Context, in ExecuteInput) (any, error) {
-	id, timeout, err := s.start(ctx, in)
+	id, timeout, err := s.start(ctx, in.AsyncInput)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +157,7 @@ func (s *Service) Execute(ctx context.Context, in ExecuteInput) (any, error) {
 
 // ExecuteAsync starts a command and answers at once.
 func (s *Service) ExecuteAsync(ctx context.Context, in AsyncInput) (Started, error) {
-	id, _, err := s.start(ctx, ExecuteInput{Command: in.Command, TimeoutSeconds: in.TimeoutSeconds,
-		Interactive: in.Interactive, WorkingDirectory: in.WorkingDirectory, Environment: in.Environment,
-		SandboxConfig: in.SandboxConfig})
+	id, _, err := s.start(ctx, in)
 	if err != nil {
 		return Started{}, err
 	}
@@ -173,7 +166,7 @@ func (s *Service) ExecuteAsync(ctx context.Context, in AsyncInput) (Started, err
 
 // start checks a command, takes a place for it in its session and
 // submits its run; it returns the execution's id and timeout.
-func (s *Service) start(ctx context.Context, in ExecuteInput) (string, int, error) {
+func (s *Service) start(ctx context.Context, in AsyncInput) (string, int, error) {
 	spec, err := s.spec(ctx, in)
 	if err != nil {
 		return "", 0, err
@@ -214,7 +207,7 @@ func (s *Service) start(ctx context.Context, in ExecuteInput) (string, int, erro
 }
 
 // spec checks a command's arguments and returns its run.
-func (s *Service) spec(ctx context.Context, in ExecuteInput) (runbox.Spec, error) {
+func (s *Service) spec(ctx context.Context, in AsyncInput) (runbox.Spec, error) {
 	switch {
 	case strings.TrimSpace(in.Command) == "":
 		return runbox.Spec{}, runbox.Errorf(runbox.EInvalid, "command is empty")
