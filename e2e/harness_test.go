@@ -198,10 +198,12 @@ func (s *service) stop() {
 	for _, p := range s.procs {
 		_ = p.cmd.Process.Signal(os.Interrupt)
 	}
+	// Longer than an executor gives itself to remove its sandboxes (90 s):
+	// one killed before that leaves them, which is not what is tested.
 	for _, p := range s.procs {
 		select {
 		case <-p.done:
-		case <-time.After(60 * time.Second):
+		case <-time.After(2 * time.Minute):
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
