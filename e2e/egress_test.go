@@ -248,6 +248,40 @@ print(json.dumps(out))`, w.files, redisPort)
 		}
 	})
 
+	t.Run("the proxy socket serves no run number a program forges", func(t *testing.T) {
+		// The way out is a Unix socket the executor mounts: a program
+		// can write to it directly, with any run number in the header.
+		// In a run that asked for no network, after runs that did,
+		// none is served.
+		code := fmt.Sprintf(`import os, socket, stat, struct
+print(stat.S_ISSOCK(os.stat("/run/runbox/proxy.sock").st_mode))
+answers = set()
+for n in range(64):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect("/run/runbox/proxy.sock")
+    s.sendall(b"P" + struct.pack(">I", n) + b"GET http://files.test:%d/hello HTTP/1.1\r\nHost: files.test:%[1]d\r\n\r\n")
+    try:
+        answers.add(s.recv(400).split(b"\r\n")[0].decode())
+    except OSError as e:
+        answers.add("closed")
+    s.close()
+print(sorted(answers))`, w.files)
+		r := runEgress(t, cs, map[string]any{"language": "python", "conversationId": "net", "code": code})
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if len(lines) != 2 || lines[0] != "True" {
+			t.Fatalf("%q %s", r.Stdout, r.Stderr)
+		}
+		for _, a := range strings.Split(strings.Trim(lines[1], "[]"), ", ") {
+			if a != "''" && a != "'closed'" && a != "'HTTP/1.1 403 Forbidden'" {
+				t.Errorf("a forged run number was answered %s", a)
+			}
+		}
+		if len(r.Egress) != 0 {
+			t.Errorf("egress of a run without network: %+v", r.Egress)
+		}
+	})
+
 	t.Run("the run's byte limit cuts a large download", func(t *testing.T) {
 		code := fmt.Sprintf(`import urllib.request
 try:

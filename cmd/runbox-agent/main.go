@@ -46,6 +46,7 @@ func main() {
 	preload := flag.String("preload", "", "modules the zygote imports, comma-separated (or, with -prestart, code), once a program matches -preload-when")
 	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
 	proxy := flag.String("proxy", agent.ProxyAddr, "where programs reach the executor's egress proxy, on the sandbox's loopback; empty: nowhere")
+	proxySocket := flag.String("proxy-socket", agent.ProxySocket, "the executor's proxy socket, tried first for connections to the proxy listener; empty: none")
 	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
 	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
 	prelude := flag.String("prelude", "", "with -prestart: code the pre-started process runs first (it starts in /: e.g. a change to the programs' folder)")
@@ -111,6 +112,7 @@ func main() {
 		Skel:        *skel,
 		Wipe:        wipe,
 		Proxy:       *proxy,
+		ProxySocket: *proxySocket,
 		User:        user,
 		Compile:     strings.Fields(*compile),
 		ExecDir:     *execDir,

@@ -63,6 +63,14 @@ func serveAgent(t *testing.T, cfg Config, onProxy func(net.Conn, uint32)) *Conn 
 	if onProxy != nil {
 		c.OnProxy(onProxy)
 	}
+	// The test's agent and Conn share the folder, as a sandbox and its
+	// executor share the one mounted.
+	if cfg.ProxySocket != "" {
+		if err := c.ListenProxy(cfg.ProxySocket); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+	}
 	h, err := c.Hello()
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ type Conn struct {
 	mux     muxEnd
 	streams atomic.Bool // the agent speaks streams
 	proxy   func(net.Conn, uint32)
+	sock    *proxySocket  // nil without one (ListenProxy)
 	runs    atomic.Uint32 // runs started
 }
 
@@ -137,9 +138,13 @@ func (c *Conn) CloseStdin() error { return c.w.write(frameEOF, nil) }
 
 // Reset asks the agent to reset the sandbox; Recv then returns a
 // ResetDone message. Every stream ends here: the next conversation starts
-// with a session of its own.
+// with a session of its own. So does the proxy socket's every connection,
+// and its listener until ResumeProxy.
 func (c *Conn) Reset() error {
 	c.mux.close()
+	if c.sock != nil {
+		c.sock.stop(false)
+	}
 	return c.w.write(frameReset, nil)
 }
 
@@ -150,8 +155,13 @@ func (c *Conn) Kill() error { return c.w.write(frameKill, nil) }
 // SIGTERM; it ends as it will (or is killed by the executor later).
 func (c *Conn) Term() error { return c.w.write(frameTerm, nil) }
 
-// Close ends every stream. The sandbox is going.
-func (c *Conn) Close() { c.mux.close() }
+// Close ends every stream and the proxy socket. The sandbox is going.
+func (c *Conn) Close() {
+	c.mux.close()
+	if c.sock != nil {
+		c.sock.stop(true)
+	}
+}
 
 // MessageKind says what a Message carries.
 type MessageKind int

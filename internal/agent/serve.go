@@ -59,8 +59,11 @@ type Config struct {
 	// write to but /data (/tmp, /dev/shm, /dev/mqueue, ExecDir).
 	Wipe []string
 	// Proxy is where the proxy listener listens (ProxyAddr); none if
-	// empty. What connects to it reaches the executor as a proxy stream.
-	Proxy string
+	// empty. What connects to it reaches the executor through the proxy
+	// socket at ProxySocket if that can be reached (ProxySocket), else
+	// as a proxy stream.
+	Proxy       string
+	ProxySocket string
 	// User, when set, is the user programs, the zygote and its template
 	// run as, not the agent's own: under a kernel that shows a
 	// non-dumpable process's descriptors to processes of its user
@@ -122,6 +125,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("write hello: %w", err)
 	}
 	streams := newStreamServer(fw)
+	streams.socket = cfg.ProxySocket
 	streams.mux.open()
 	defer streams.mux.close()
 	if cfg.Proxy != "" {

@@ -32,6 +32,9 @@ type streamServer struct {
 	// runs counts the programs started; a proxy stream carries the count
 	// of the run it was made in.
 	runs atomic.Uint32
+	// socket is the executor's proxy socket (proxysocket.go), tried
+	// before a stream; "" for none.
+	socket string
 }
 
 func newStreamServer(fw *frameWriter) *streamServer {
@@ -75,6 +78,12 @@ func (s *streamServer) proxy(c net.Conn) {
 	// The run is read now, as the connection is taken: a program of a
 	// later run cannot make it count as its own.
 	h := streamHeader{kind: streamProxy, run: s.runs.Load()}
+	if s.socket != "" {
+		if uc, err := dialProxySocket(s.socket, h.run); err == nil {
+			splice(c, uc)
+			return
+		}
+	}
 	sess := s.mux.session()
 	if sess == nil { // a reset is under way
 		c.Close()

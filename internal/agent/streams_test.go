@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -196,22 +197,38 @@ func TestStreamsStalledReaderDoesNotStallOutput(t *testing.T) {
 	}
 }
 
-// Connections to the proxy listener reach the executor as proxy streams
-// carrying the number of the run they were made in.
+// Connections to the proxy listener reach the executor, through its proxy
+// socket where it has one, else as proxy streams, carrying the number of
+// the run they were made in.
 func TestStreamsProxyCarriesTheRun(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		socket bool
+	}{{"stream", false}, {"socket", true}} {
+		t.Run(tc.name, func(t *testing.T) { testProxyCarriesTheRun(t, tc.socket) })
+	}
+}
+
+func testProxyCarriesTheRun(t *testing.T, socket bool) {
 	port := testenv.FreePort(t)
 	type inbound struct {
-		run  uint32
-		data string
+		run    uint32
+		data   string
+		socket bool
 	}
 	got := make(chan inbound, 4)
-	c := startAgentConfig(t, func(cfg *Config) { cfg.Proxy = fmt.Sprintf("127.0.0.1:%d", port) },
-		func(conn net.Conn, run uint32) {
-			defer conn.Close()
-			b, _ := io.ReadAll(io.LimitReader(conn, 64))
-			conn.Write([]byte("answer"))
-			got <- inbound{run, string(b)}
-		})
+	c := startAgentConfig(t, func(cfg *Config) {
+		cfg.Proxy = fmt.Sprintf("127.0.0.1:%d", port)
+		if socket {
+			cfg.ProxySocket = filepath.Join(t.TempDir(), "proxy.sock")
+		}
+	}, func(conn net.Conn, run uint32) {
+		defer conn.Close()
+		b, _ := io.ReadAll(io.LimitReader(conn, 64))
+		conn.Write([]byte("answer"))
+		_, viaSocket := conn.(*socketConn)
+		got <- inbound{run, string(b), viaSocket}
+	})
 	// As a program would, in the first run and then in the second.
 	for run := uint32(1); run <= 2; run++ {
 		code := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d; printf 'hello %d' >&3; exec 3>&-", port, run)
@@ -227,11 +244,11 @@ func TestStreamsProxyCarriesTheRun(t *testing.T) {
 		}
 		select {
 		case in := <-got:
-			if in.run != run || in.data != fmt.Sprintf("hello %d", run) {
-				t.Errorf("run %d: got run %d, %q", run, in.run, in.data)
+			if in.run != run || in.data != fmt.Sprintf("hello %d", run) || in.socket != socket {
+				t.Errorf("run %d: got run %d, %q, through the socket %v", run, in.run, in.data, in.socket)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("run %d: no proxy stream", run)
+			t.Fatalf("run %d: no proxy connection", run)
 		}
 	}
 	if c.NextRun() != 3 {

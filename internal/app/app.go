@@ -289,6 +289,9 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Recycle:  recycle,
 		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
 		Inbound:  func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },
+		// Beside the conversations, which are on the Docker host too:
+		// the sandboxes mount them.
+		Sockets: filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID),
 	})
 	var (
 		linkListener net.Listener

@@ -562,6 +562,11 @@ func (r *Run) forward(c net.Conn, req *http.Request, t target) bool {
 		body.eof = true
 	}
 	removeHopByHop(out.Header)
+	// Whether the program's connection is kept is the program's say; the
+	// upstream one is pooled for the run's next request, on this
+	// connection or another (urllib sends "Connection: close" with every
+	// request, and a new dial each cost more than the whole request).
+	out.Close = false
 	resp, err := r.tr.RoundTrip(out)
 	if err != nil {
 		var ref *refusal
@@ -574,6 +579,7 @@ func (r *Run) forward(c net.Conn, req *http.Request, t target) bool {
 	}
 	removeHopByHop(resp.Header)
 	keep := !req.Close && !resp.Close
+	resp.Close = !keep // the program is told
 	w := bufio.NewWriterSize(c, copyBuffer)
 	if err := resp.Write(w); err != nil || w.Flush() != nil {
 		return false

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -118,6 +121,20 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 		return nil, fmt.Errorf("inspect data folder: %w", err)
 	}
 	opts := m.containerConfig(runner, req)
+	sockets, err := m.socketFolder()
+	if err != nil {
+		return nil, err
+	}
+	if sockets != "" {
+		defer func() {
+			if err != nil {
+				_ = os.RemoveAll(sockets)
+			}
+		}()
+		opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: sockets, Target: path.Dir(agent.ProxySocket), ReadOnly: true,
+		})
+	}
 	// Not cancelled midway: the daemon would go on to create a container
 	// whose id we would never learn.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
@@ -159,8 +176,15 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	sb := &sandbox{
 		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
 		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr, dataDir: req.DataDir,
+		sockets: sockets,
 	}
 	sb.conn.OnProxy(func(c net.Conn, run uint32) { m.inbound(sb, c, run) })
+	if sockets != "" {
+		if err := sb.conn.ListenProxy(filepath.Join(sockets, path.Base(agent.ProxySocket))); err != nil {
+			sb.conn.Close()
+			return nil, err
+		}
+	}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
 		// The container stopped, or the engine went away (restarted):
@@ -187,6 +211,26 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	m.open[sb] = struct{}{}
 	m.mu.Unlock()
 	return sb, nil
+}
+
+// socketName is the length of the name of a sandbox's socket folder.
+const socketName = 10
+
+// socketFolder makes the folder of a new sandbox's proxy socket, if
+// sandboxes get one (Options.Sockets).
+func (m *Manager) socketFolder() (string, error) {
+	if m.opts.Sockets == "" {
+		return "", nil
+	}
+	dir := filepath.Join(m.opts.Sockets, strings.ToLower(rand.Text()[:socketName]))
+	// Traversable by the sandbox's user, whichever the agent runs as.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create proxy socket folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create proxy socket folder: %w", err)
+	}
+	return dir, nil
 }
 
 func (m *Manager) track(id string) {

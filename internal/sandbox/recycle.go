@@ -83,6 +83,9 @@ func (sb *sandbox) reset() (agent.Reset, error) {
 			return agent.Reset{}, err
 		}
 		if msg.Kind == agent.ResetDone {
+			if err := sb.conn.ResumeProxy(); err != nil {
+				sb.m.log.Warn("proxy socket", "container", shortID(sb.id), "err", err)
+			}
 			return msg.Reset, nil
 		}
 		// Output of the conversation's last run, late: it is not the next

@@ -18,6 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -130,6 +132,11 @@ type Options struct {
 	// sandbox's proxy listener while it runs a run (streams.go); it owns
 	// each, and must not block for long. Without it they are closed.
 	Inbound func(Inbound)
+	// Sockets, if set, is a folder of the Docker host, this executor's
+	// alone, where each sandbox gets a folder with its proxy socket
+	// (agent.ListenProxy), mounted at agent.ProxySocket's: the fast way
+	// for Inbound's connections. Without it they come as streams.
+	Sockets string
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.
@@ -166,6 +173,12 @@ func NewManager(docker Docker, opts Options) *Manager {
 	}
 	opts.IdleTTL = cmp.Or(opts.IdleTTL, DefaultIdleTTL)
 	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
+	// <Sockets>/<socketName>/proxy.sock
+	if n := len(opts.Sockets) + 2 + socketName + len(path.Base(agent.ProxySocket)); opts.Sockets != "" && n > agent.MaxSocketPath {
+		log.Info("the sandbox folder's path is too long for proxy sockets: egress goes the slower way",
+			"bytes", n, "max", agent.MaxSocketPath)
+		opts.Sockets = ""
+	}
 	return &Manager{
 		docker: docker, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
@@ -468,6 +481,7 @@ func (m *Manager) peerContainers(ctx context.Context) ([]container.Summary, erro
 // gone. Call it once no run is left.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.Close()
+	defer m.removeSockets()
 	for {
 		res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
 			All:     true,
@@ -479,14 +493,23 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		if len(res.Items) == 0 {
 			return nil
 		}
-		for _, c := range res.Items {
-			m.remove(c.ID)
-		}
+		each(res.Items, func(c container.Summary) { m.remove(c.ID) })
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%d containers are left: %w", len(res.Items), ctx.Err())
 		case <-time.After(shutdownRecheck):
 		}
+	}
+}
+
+// removeSockets removes the sockets' folder and what an earlier process
+// left there.
+func (m *Manager) removeSockets() {
+	if m.opts.Sockets == "" {
+		return
+	}
+	if err := os.RemoveAll(m.opts.Sockets); err != nil {
+		m.log.Warn("remove proxy sockets", "err", err)
 	}
 }
 

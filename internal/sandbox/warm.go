@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ type sandbox struct {
 	conn     *agent.Conn
 	agentErr *logWriter
 	dataDir  string
+	sockets  string // the folder of its proxy socket; "" for none
 	idleFrom time.Time
 	dead     atomic.Bool // its attach stream ended
 	// running is the run it runs, while it does (streams.go).
@@ -192,6 +194,9 @@ func (m *Manager) discard(sb *sandbox) {
 	sb.attach.Close()
 	sb.conn.Close()
 	m.remove(sb.id)
+	if sb.sockets != "" {
+		_ = os.RemoveAll(sb.sockets)
+	}
 }
 
 // Prune recycles or removes the warm sandboxes idle for longer than the
@@ -214,9 +219,7 @@ func (m *Manager) Close() int {
 		delete(m.pool, lang)
 	}
 	m.mu.Unlock()
-	for _, sb := range pooled {
-		m.discard(sb)
-	}
+	each(pooled, m.discard)
 	return m.drop(func(*sandbox) bool { return true }) + len(pooled)
 }
 
@@ -304,10 +307,28 @@ func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 		}
 	}
 	m.mu.Unlock()
-	for _, sb := range gone {
-		end(sb)
-	}
+	each(gone, end)
 	return len(gone)
+}
+
+// removals bounds the sandboxes ended at once: the engine takes seconds
+// to remove a gVisor sandbox, mostly waiting, and one after another
+// a few dozen took longer than a stopping executor is given.
+const removals = 8
+
+// each calls end on every item, up to removals at once, and returns when
+// all have returned.
+func each[T any](items []T, end func(T)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, removals)
+	for _, it := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			end(it)
+		})
+	}
+	wg.Wait()
 }
 
 // HasSandbox reports whether a conversation has a sandbox here: an idle
