@@ -10,7 +10,7 @@ run: deps images build
 	./bin/api
 
 # The end-to-end tests that run a second time with sandboxes under gVisor.
-RUNSC_TESTS = ^(TestContainment|TestRecycledSandbox|TestMCP|TestREST|TestExecutorCrash|TestExecutorShutdown|TestEmbedded|TestExecutorShutdownLetsRunsFinish|TestPoolForNewConversations)$$
+RUNSC_TESTS = ^(TestContainment|TestEgress|TestRecycledSandbox|TestMCP|TestREST|TestExecutorCrash|TestExecutorShutdown|TestEmbedded|TestExecutorShutdownLetsRunsFinish|TestPoolForNewConversations)$$
 
 ## test: every test: unit, and integration against real Redis and Docker;
 ## then the containment, recycling and core end-to-end tests under gVisor

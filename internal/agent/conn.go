@@ -309,13 +309,4 @@ func (c *Conn) ask(ctx context.Context, kind byte, port int) (*yamux.Stream, byt
 }
 
 // acceptStream takes a stream the agent opened: a proxy connection.
-func (c *Conn) acceptStream(st *yamux.Stream) {
-	_ = st.SetReadDeadline(time.Now().Add(headerTimeout))
-	h, err := readStreamHeader(st)
-	if err != nil || h.kind != streamProxy || c.proxy == nil {
-		st.Close()
-		return
-	}
-	_ = st.SetReadDeadline(time.Time{})
-	c.proxy(st, h.run)
-}
+func (c *Conn) acceptStream(st *yamux.Stream) { takeProxy(st, c.proxy) }

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"sync"
@@ -102,40 +103,50 @@ func (s *proxySocket) listen() error {
 }
 
 func (s *proxySocket) serve(ln net.Listener) {
-	pause := 5 * time.Millisecond
-	for {
-		c, err := ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil { // out of descriptors, most likely
-			time.Sleep(pause)
-			pause = min(2*pause, time.Second)
-			continue
-		}
-		pause = 5 * time.Millisecond
+	acceptEach(ln, func(c net.Conn) {
 		if uc, ok := c.(*net.UnixConn); ok {
 			_ = uc.SetWriteBuffer(socketBuffer)
 		}
 		sc := &socketConn{Conn: c, s: s}
 		if !s.track(sc) {
 			c.Close()
+			return
+		}
+		takeProxy(sc, s.proxy)
+	})
+}
+
+// acceptEach serves each connection ln accepts with serve, on a goroutine
+// of its own, until ln closes.
+func acceptEach(ln net.Listener, serve func(net.Conn)) {
+	pause := 5 * time.Millisecond
+	for {
+		c, err := ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil { // out of descriptors, most likely: wait a little
+			log.Printf("%s: %v", ln.Addr(), err)
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
 			continue
 		}
-		go s.take(sc)
+		pause = 5 * time.Millisecond
+		go serve(c)
 	}
 }
 
-// take reads a connection's header and hands it on.
-func (s *proxySocket) take(c *socketConn) {
+// takeProxy reads the header of a proxy connection (a stream, or one of
+// the proxy socket) and hands it to proxy, with the run it names.
+func takeProxy(c net.Conn, proxy func(net.Conn, uint32)) {
 	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := readStreamHeader(c)
-	if err != nil || h.kind != streamProxy || s.proxy == nil {
+	if err != nil || h.kind != streamProxy || proxy == nil {
 		c.Close()
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	s.proxy(c, h.run)
+	proxy(c, h.run)
 }
 
 func (s *proxySocket) track(c *socketConn) bool {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"os"
 	"strconv"
@@ -56,23 +55,7 @@ func (s *streamServer) listenProxy(addr string) (net.Listener, error) {
 
 // serveProxy carries each connection made to the proxy listener to the
 // executor, until the listener closes.
-func (s *streamServer) serveProxy(ln net.Listener) {
-	pause := 5 * time.Millisecond
-	for {
-		c, err := ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil { // out of descriptors, most likely: wait a little
-			log.Printf("proxy listener: %v", err)
-			time.Sleep(pause)
-			pause = min(2*pause, time.Second)
-			continue
-		}
-		pause = 5 * time.Millisecond
-		go s.proxy(c)
-	}
-}
+func (s *streamServer) serveProxy(ln net.Listener) { acceptEach(ln, s.proxy) }
 
 func (s *streamServer) proxy(c net.Conn) {
 	// The run is read now, as the connection is taken: a program of a
