@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -112,8 +113,13 @@ ADAPTER = memory
 	g.cli("migrate")
 	g.cli("admin", "user", "create", "--admin", "--username", "site-admin", "--password", "site-admin-password-0",
 		"--email", "site-admin@example.com", "--must-change-password=false")
-	g.AdminToken = g.cli("admin", "user", "generate-access-token", "--username", "site-admin",
+	printed := g.cli("admin", "user", "generate-access-token", "--username", "site-admin",
 		"--token-name", "setup", "--scopes", "all", "--raw")
+	// Gitea's log lines share its standard output, written by another
+	// goroutine: the token is the line that is one, wherever it is.
+	if g.AdminToken = giteaToken.FindString(printed); g.AdminToken == "" {
+		t.Fatalf("gitea generate-access-token printed no token: %s", printed)
+	}
 
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--config", g.config, "--work-path", g.dir, "web")
@@ -175,8 +181,11 @@ func currentUser() string {
 	return strings.TrimSpace(string(out))
 }
 
+// giteaToken is an access token as Gitea prints it, alone on its line.
+var giteaToken = regexp.MustCompile(`(?m)^[0-9a-f]{40}$`)
+
 // cli runs a gitea command against the test's server and returns its
-// output's last line.
+// standard output.
 func (g *Gitea) cli(args ...string) string {
 	g.t.Helper()
 	cmd := exec.Command(g.bin, append([]string{"--config", g.config, "--work-path", g.dir}, args...)...)
@@ -185,8 +194,7 @@ func (g *Gitea) cli(args ...string) string {
 	if err := cmd.Run(); err != nil {
 		g.t.Fatalf("gitea %s: %v\n%s%s", args[0], err, stdout.String(), stderr.String())
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	return stdout.String()
 }
 
 // API calls Gitea's REST API (path after /api/v1) with a token and
