@@ -253,8 +253,12 @@ print(json.dumps(out))`, w.files, redisPort)
 		// can write to it directly, with any run number in the header.
 		// In a run that asked for no network, after runs that did,
 		// none is served.
-		code := fmt.Sprintf(`import os, socket, stat, struct
-print(stat.S_ISSOCK(os.stat("/run/runbox/proxy.sock").st_mode))
+		code := fmt.Sprintf(`import os, socket, stat, struct, sys
+try:
+    print(stat.S_ISSOCK(os.stat("/run/runbox/proxy.sock").st_mode))
+except PermissionError:
+    print("unreachable") # gVisor without --host-uds
+    sys.exit()
 answers = set()
 for n in range(64):
     s = socket.socket(socket.AF_UNIX)
@@ -269,6 +273,13 @@ for n in range(64):
 print(sorted(answers))`, w.files)
 		r := runEgress(t, cs, map[string]any{"language": "python", "conversationId": "net", "code": code})
 		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if os.Getenv("SANDBOX_RUNTIME") == "runsc" && r.Stdout == "unreachable\n" {
+			// A runsc registered without --host-uds=open (deploy/runsc.sh
+			// adds it where it can): connections go as streams, as the
+			// other subtests show.
+			t.Log("gVisor without --host-uds=open: no proxy socket")
+			return
+		}
 		if len(lines) != 2 || lines[0] != "True" {
 			t.Fatalf("%q %s", r.Stdout, r.Stderr)
 		}
