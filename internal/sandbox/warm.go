@@ -293,12 +293,27 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 	}
 }
 
-func (m *Manager) drop(match func(*sandbox) bool) int { return m.evict(match, m.discard) }
+// drop removes the warm sandboxes match selects, several at once.
+func (m *Manager) drop(match func(*sandbox) bool) int {
+	gone := m.unwarm(match)
+	each(gone, m.discard)
+	return len(gone)
+}
 
 // evict takes the warm sandboxes match selects out of use and hands each
-// to end.
+// to end, one after another (a recycle checks the pool's room first).
 func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
+	gone := m.unwarm(match)
+	for _, sb := range gone {
+		end(sb)
+	}
+	return len(gone)
+}
+
+// unwarm takes the warm sandboxes match selects out of use.
+func (m *Manager) unwarm(match func(*sandbox) bool) []*sandbox {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	var gone []*sandbox
 	for k, sb := range m.warm {
 		if match(sb) {
@@ -306,9 +321,7 @@ func (m *Manager) evict(match func(*sandbox) bool, end func(*sandbox)) int {
 			delete(m.warm, k)
 		}
 	}
-	m.mu.Unlock()
-	each(gone, end)
-	return len(gone)
+	return gone
 }
 
 // removals bounds the sandboxes ended at once: the engine takes seconds
