@@ -350,6 +350,12 @@ print(s.recv(400).decode().split("\r\n\r\n")[1].strip())`})
 			!strings.Contains(r.Error, "ERROR") || !r.refused("pypi.test", "not among") {
 			t.Errorf("an index the tier does not allow: %+v", r)
 		}
+		// npm the same: its registry is not the tier's.
+		r = runEgress(t, narrow, map[string]any{"language": "typescript", "code": "1", "packages": []string{"tinynpm@1.0.0"}})
+		if r.Success || !strings.Contains(r.Error, "installing packages failed") || !strings.Contains(r.Error, "tinynpm") ||
+			!r.refused("npm.test", "not among") {
+			t.Errorf("a registry the tier does not allow: %+v", r)
+		}
 	})
 
 	t.Run("the run tools say they may reach the world", func(t *testing.T) {

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,16 +77,44 @@ func Client(t testing.TB, url string) *redis.Client {
 	return rdb
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port nothing listens on, below the
+// kernel's range of ephemeral ports, and never the same twice in a
+// process. A port the kernel picks for bind(0) comes from that range and
+// is free only until another connection's ephemeral port or another
+// test's bind(0) takes it (an api once failed to bind the port its
+// harness had just been given, which the test's Redis had taken).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := minPort + mrand.IntN(maxPort-minPort)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
+
+// The ports FreePort hands out: [minPort, maxPort), below Linux's default
+// ephemeral range (32768–60999).
+const (
+	minPort = 20000
+	maxPort = 32000
+)
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // RepoRoot returns the module's root folder.
 func RepoRoot(t testing.TB) string {
