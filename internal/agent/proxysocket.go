@@ -33,6 +33,13 @@ const ProxySocket = "/run/runbox/proxy.sock"
 // socketBuffer is the proxy socket's buffer towards the sandbox.
 const socketBuffer = 1 << 20
 
+// maxSocketConns bounds the connections a sandbox's proxy socket holds
+// open at once: each costs the executor a descriptor, and a sandbox's
+// processes together could otherwise open enough to exhaust the
+// executor's, every other sandbox's egress with them. Past it, a
+// connection is closed as it is accepted.
+const maxSocketConns = 1024
+
 // MaxSocketPath bounds the length of a Unix socket's path (sun_path).
 const MaxSocketPath = 107
 
@@ -152,7 +159,7 @@ func takeProxy(c net.Conn, proxy func(net.Conn, uint32)) {
 func (s *proxySocket) track(c *socketConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if s.ln == nil || len(s.conns) >= maxSocketConns {
 		return false
 	}
 	s.conns[c] = struct{}{}

@@ -72,3 +72,50 @@ func TestProxySocketPathTooLong(t *testing.T) {
 		t.Fatal("ListenProxy took a path too long")
 	}
 }
+
+// A sandbox holds at most maxSocketConns connections to its proxy socket
+// open: past it, one is closed as it is accepted, however many its
+// processes open.
+func TestProxySocketBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "proxy.sock")
+	c := NewConn(nil, nil)
+	c.OnProxy(func(conn net.Conn, run uint32) { conn.Close() })
+	if err := c.ListenProxy(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	// Held open without a header, each waits for one.
+	for range maxSocketConns {
+		pc, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+	}
+	waitFor := func(ok func() bool) bool {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if ok() {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(func() bool {
+		c.sock.mu.Lock()
+		defer c.sock.mu.Unlock()
+		return len(c.sock.conns) == maxSocketConns
+	}) {
+		t.Fatal("the connections were not all taken")
+	}
+	over, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(headerTimeout / 2))
+	if _, err := over.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from a connection past the bound")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a connection past the bound is held open")
+	}
+}
