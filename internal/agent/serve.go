@@ -59,9 +59,9 @@ type Config struct {
 	// write to but /data (/tmp, /dev/shm, /dev/mqueue, ExecDir).
 	Wipe []string
 	// Proxy is where the proxy listener listens (ProxyAddr); none if
-	// empty. What connects to it reaches the executor through the proxy
-	// socket at ProxySocket if that can be reached (ProxySocket), else
-	// as a proxy stream.
+	// empty. What connects to it reaches the executor through the
+	// executor's socket at ProxySocket where that can be reached
+	// (proxysocket.go), else as a proxy stream.
 	Proxy       string
 	ProxySocket string
 	// User, when set, is the user programs, the zygote and its template
