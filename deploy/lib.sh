@@ -14,7 +14,10 @@ root_or_sudo() {
   fi
 }
 
-# apt_install installs Debian packages, named in $1 (space first), as root.
+# apt_install installs Debian packages, named in $1 (space first), as root,
+# one install at a time: .ci/run prepares the test tools and the images at
+# once, and apt refuses a second apt-get rather than waiting for the first.
 apt_install() {
-  $sudo sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$1" >/dev/null
+  $sudo flock /run/lock/runbox-apt.lock sh -c \
+    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$1" >/dev/null
 }

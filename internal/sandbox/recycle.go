@@ -61,9 +61,9 @@ func (m *Manager) recycle(sb *sandbox) {
 		return
 	}
 	sb.dataDir = slot
-	m.mu.Lock()
-	m.pool[lang] = append(m.pool[lang], sb)
-	m.mu.Unlock()
+	if m.toPool(lang, sb) != nil {
+		return
+	}
 	m.demand.returned(lang)
 	m.log.Debug("recycled a sandbox", "container", shortID(sb.id),
 		"reset_ms", reset.Milliseconds(), "total_ms", time.Since(begin).Milliseconds())

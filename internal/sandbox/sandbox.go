@@ -163,6 +163,12 @@ type Manager struct {
 	execTmpfs map[string]string
 	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
 	demand    *demand               // how many the pool should hold
+	// closed is set by Close: from then on no sandbox is kept (warm or
+	// pooled) and no background work starts.
+	closed bool
+	// bg counts the background work on sandboxes (recycles, removals,
+	// refills) that Close waits for; added to under mu while not closed.
+	bg sync.WaitGroup
 }
 
 // NewManager returns a Manager using docker.

@@ -707,3 +707,40 @@ func TestSeveralSandboxesPerConversation(t *testing.T) {
 		t.Error("a released conversation without sandboxes has one")
 	}
 }
+
+// TestCloseWaitsForBackgroundWork: Close returns only once the sandboxes
+// being removed in the background (the surplus of a conversation whose
+// runs went at once) are gone, and a run that ends after Close keeps no
+// sandbox.
+func TestCloseWaitsForBackgroundWork(t *testing.T) {
+	docker := testenv.Docker(t)
+	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
+		MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
+	if _, err := m.Discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dir := dataDir(t)
+	run := func(id string) {
+		var c capture
+		if _, err := m.Run(context.Background(), Request{RunID: id, ConversationID: "conv", Language: "bash",
+			Code: "sleep 0.5", Timeout: 30 * time.Second, DataDir: dir}, c.output); err != nil {
+			t.Errorf("run %s: %v", id, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() { run(fmt.Sprint("r", i)) })
+	}
+	wg.Wait()
+	m.Close()
+	if n := m.Live(); n != 0 {
+		t.Errorf("%d containers tracked after Close", n)
+	}
+	assertNoContainers(t, docker, m.opts.ExecutorID, "")
+
+	run("after")
+	if m.Warm() != 0 || m.Live() != 0 {
+		t.Errorf("after Close a run left %d warm, %d live", m.Warm(), m.Live())
+	}
+	assertNoContainers(t, docker, m.opts.ExecutorID, "")
+}

@@ -66,7 +66,7 @@ func (m *Manager) take(key warmKey, dataDir string) *sandbox {
 		return nil
 	}
 	if id, err := dirID(dataDir); err != nil || id != sb.data || sb.dead.Load() {
-		go m.discard(sb)
+		m.background(sb, m.discard)
 		return nil
 	}
 	return sb
@@ -82,6 +82,11 @@ func (m *Manager) park(sb *sandbox) {
 	sb.idleFrom = time.Now()
 	limit := m.opts.MaxWarm.For(sb.key.language)
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.discard(sb)
+		return
+	}
 	prev := m.warm[sb.key]
 	m.warm[sb.key] = sb
 	var evict []*sandbox
@@ -110,12 +115,48 @@ func (m *Manager) park(sb *sandbox) {
 	}
 	m.mu.Unlock()
 	if surplus != nil {
-		go m.discard(surplus)
+		m.background(surplus, m.discard)
 	}
 	for _, w := range evict {
-		go m.recycle(w)
+		m.background(w, m.recycle)
 	}
 }
+
+// background hands sb to end in a goroutine Close waits for; once the
+// manager is closed, it removes sb at once instead.
+func (m *Manager) background(sb *sandbox, end func(*sandbox)) {
+	m.mu.Lock()
+	closed := m.closed
+	if !closed {
+		m.bg.Add(1)
+	}
+	m.mu.Unlock()
+	if closed {
+		m.discard(sb)
+		return
+	}
+	go func() {
+		defer m.bg.Done()
+		end(sb)
+	}()
+}
+
+// toPool puts sb in its language's pool, or removes it once the manager is
+// closed.
+func (m *Manager) toPool(lang string, sb *sandbox) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.discard(sb)
+		return errClosed
+	}
+	m.pool[lang] = append(m.pool[lang], sb)
+	m.mu.Unlock()
+	return nil
+}
+
+// errClosed says that the manager was closed: it keeps no sandbox.
+var errClosed = errors.New("the sandbox manager is closed")
 
 // refill starts a new sandbox for a conversation whose sandbox was killed,
 // in the background, so that its next run (a retry, most likely) does not
@@ -124,7 +165,15 @@ func (m *Manager) refill(runner runbox.Runner, req Request) {
 	if m.opts.MaxWarm.For(req.Language) == 0 {
 		return
 	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.bg.Add(1)
+	m.mu.Unlock()
 	go func() {
+		defer m.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 		defer cancel()
 		sb, err := m.create(ctx, runner, req)
@@ -210,17 +259,25 @@ func (m *Manager) Drop(conversation string) int {
 	return m.drop(func(sb *sandbox) bool { return sb.key.conversation == conversation })
 }
 
-// Close removes every warm and every pre-started sandbox.
+// Close removes every warm and every pre-started sandbox, and waits for
+// the background work on sandboxes to end; from then on a sandbox whose
+// run ends is removed, not kept.
 func (m *Manager) Close() int {
 	m.mu.Lock()
-	var pooled []*sandbox
+	m.closed = true
+	var gone []*sandbox
 	for lang, p := range m.pool {
-		pooled = append(pooled, p...)
+		gone = append(gone, p...)
 		delete(m.pool, lang)
 	}
+	for k, sb := range m.warm {
+		gone = append(gone, sb)
+		delete(m.warm, k)
+	}
 	m.mu.Unlock()
-	each(pooled, m.discard)
-	return m.drop(func(*sandbox) bool { return true }) + len(pooled)
+	each(gone, m.discard)
+	m.bg.Wait()
+	return len(gone)
 }
 
 // Prestart starts a sandbox for a conversation not known yet, mounting
@@ -237,10 +294,7 @@ func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error 
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.pool[language] = append(m.pool[language], sb)
-	m.mu.Unlock()
-	return nil
+	return m.toPool(language, sb)
 }
 
 // Pooled returns how many pre-started sandboxes of a language wait.
@@ -280,9 +334,7 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 			return false
 		}
 		if err != nil {
-			m.mu.Lock()
-			m.pool[language] = append(m.pool[language], sb)
-			m.mu.Unlock()
+			_ = m.toPool(language, sb) // closed meanwhile: removed
 			return false
 		}
 		m.mu.Lock()
