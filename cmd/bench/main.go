@@ -43,7 +43,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands, gvisor")
 	flag.Parse()
 	log.SetFlags(0)
 	if *only != "" {
@@ -341,6 +341,12 @@ func runOnly(binDir, only, outFile string, n int) error {
 				return err
 			}
 			rows = append(rows, r...)
+		case "gvisor":
+			r, err := onlyGvisor(ctx, binDir, n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
 		case "previews":
 			r, err := onlyPreviews(ctx, binDir, n)
 			if err != nil {
@@ -454,6 +460,33 @@ func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) (
 		target:   "≥ 95 %, one sandbox each",
 		met:      share >= 0.95 && aff.MaxSandboxes == 1,
 	}}, nil
+}
+
+// onlyGvisor measures the gVisor rows beside their runc baselines, taken
+// first in the same run on a service of the engine's default runtime.
+func onlyGvisor(ctx context.Context, binDir string, n int) ([]row, error) {
+	var warm, fresh, snippet bench.Stats
+	csv := benchCSV()
+	_, err := onService(ctx, binDir, func(_ *service, cs *mcp.ClientSession) ([]row, error) {
+		lat, _, err := bench.Sequential(ctx, cs, "bench-warm", "python", "print(1)", 5, n)
+		if err != nil {
+			return nil, err
+		}
+		warm = bench.Summarize(lat)
+		if fresh, err = newConversations(ctx, cs, max(n/5, 10)); err != nil {
+			return nil, err
+		}
+		if err := bench.Upload(ctx, cs, "bench-analysis", "bench.csv", csv); err != nil {
+			return nil, err
+		}
+		lat, _, err = bench.Sequential(ctx, cs, "bench-analysis", "python", analysis, 3, max(n/4, 10))
+		snippet = bench.Summarize(lat)
+		return nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gvisorRows(ctx, binDir, n, warm, fresh, snippet, csv)
 }
 
 // gvisorRows measures the warm, new-conversation and analysis rows again

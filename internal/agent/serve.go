@@ -353,6 +353,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		c        *cell
 		kstate   string
 		compiled = len(cfg.Compile) > 0 && !run.KeepState
+		forked   *zygote // the zygote the program forked from
 	)
 	switch {
 	case next != nil:
@@ -370,7 +371,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		if z := st.zygote; z.waitReady(zygoteWait) {
 			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
 			if ferr == nil {
-				pid, wait = f.pid, func() syscall.WaitStatus { return <-f.exit }
+				pid, wait, forked = f.pid, func() syscall.WaitStatus { return <-f.exit }, z
 			}
 		}
 	}
@@ -458,6 +459,9 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			}
 		}
 		st.prestart() // after the sweep: no program runs
+		if forked != nil {
+			forked.forkAhead()
+		}
 		st.busy.Unlock()
 		exited <- ex
 	}()

@@ -341,6 +341,11 @@ func (z *zygote) read(sock *os.File, first func()) error {
 		z.mu.Lock()
 		switch {
 		case m.Ready:
+			if z.template != nil {
+				// Before it is ready: a run waiting for that then finds
+				// its process forked.
+				z.forkAheadLocked()
+			}
 			z.setReady(true)
 		case m.PID > 0:
 			ch := make(chan syscall.WaitStatus, 1)
@@ -356,6 +361,28 @@ func (z *zygote) read(sock *os.File, first func()) error {
 			}
 		}
 		z.mu.Unlock()
+	}
+}
+
+// forkAhead asks a zygote that programs fork from to fork the next one's
+// process now, before its request (see "prefork" in zygote.py): under
+// gVisor a fork costs more than the rest of a short run. It is asked when
+// the zygote is ready (started, spawned, or done importing) and after the
+// sweep of each run forked from it, so while no program of its runs.
+func (z *zygote) forkAhead() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ready {
+		z.forkAheadLocked()
+	}
+}
+
+// forkAheadLocked is forkAhead for a caller that holds z.mu.
+func (z *zygote) forkAheadLocked() {
+	if z.sock != nil {
+		if _, err := z.sock.Write([]byte(`{"prefork": true}`)); err != nil {
+			log.Printf("zygote: fork ahead: %v", err)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -294,4 +295,91 @@ time.sleep(60)`}, env, nil, plainWaiter{}, z.busy, nil)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the template that did not answer was not ended")
 	}
+}
+
+// TestZygoteForksAhead: once a run is over, the zygote holds the next
+// program's process forked already, which the next run becomes: no
+// program sees it (it is forked after the sweep, and taken by the next
+// run), it is not dumpable while it waits, as the zygote, and one that was
+// ended, interrupted or stopped costs the next run nothing but the fork.
+func TestZygoteForksAhead(t *testing.T) {
+	c := startPythonAgent(t)
+	run := func(code string) string {
+		t.Helper()
+		o := runOnce(t, c, Run{Code: code}, "")
+		if o.failed != "" || o.exit.ExitCode != 0 {
+			t.Fatalf("%q: %+v", code, o)
+		}
+		return o.stdout
+	}
+	zygote, err := strconv.Atoi(strings.TrimSpace(run("import os\nprint(os.getppid())")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ahead waits for the zygote's one waiting child.
+	ahead := func() int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if kids := childrenOf(t, zygote); len(kids) == 1 {
+				return kids[0]
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the zygote's children: %v; want the one forked ahead", kids)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for range 3 {
+		want := ahead()
+		got := run(`import os
+z = os.getppid()
+others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid() and
+          open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == str(z)]
+print(os.getpid(), others)`)
+		if got != fmt.Sprintf("%d []\n", want) {
+			t.Fatalf("the run printed %q; want its pid %d, forked ahead, and no other child of the zygote", got, want)
+		}
+	}
+	if os.Getuid() != 0 { // root reads any process's environment
+		if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", ahead())); err == nil {
+			t.Error("the process forked ahead is dumpable")
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGSTOP, syscall.SIGKILL} {
+		pid := ahead()
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatal(err)
+		}
+		for sig == syscall.SIGKILL && slices.Contains(childrenOf(t, zygote), pid) {
+			time.Sleep(time.Millisecond) // a kill the request could outrun
+		}
+		if got := run("print('next')"); got != "next\n" {
+			t.Errorf("after %v to the process forked ahead, the next run printed %q", sig, got)
+		}
+	}
+}
+
+// childrenOf returns the processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && fields[0] != "Z" {
+			kids = append(kids, p)
+		}
+	}
+	return kids
 }

@@ -44,10 +44,12 @@ const (
 
 // agentCaps are the capabilities of an agent apart from programs: start
 // them as User (SETUID, SETGID), kill them (KILL), read their limits
-// (SYS_RESOURCE), empty what they leave in /tmp and /dev/shm (FOWNER,
-// DAC_OVERRIDE) and give them their caches (CHOWN). Programs have none:
-// they lose them with their user's change and their exec.
-var agentCaps = []string{"SETUID", "SETGID", "KILL", "SYS_RESOURCE", "FOWNER", "DAC_OVERRIDE", "CHOWN"}
+// (SYS_RESOURCE) and the template's I/O priority (SYS_NICE: gVisor asks
+// for it where Linux lets anyone read one), empty what they leave in /tmp
+// and /dev/shm (FOWNER, DAC_OVERRIDE) and give them their caches (CHOWN).
+// Programs have none: they lose them with their user's change and their
+// exec.
+var agentCaps = []string{"SETUID", "SETGID", "KILL", "SYS_RESOURCE", "SYS_NICE", "FOWNER", "DAC_OVERRIDE", "CHOWN"}
 
 // RuntimeFor returns the Runtime of an OCI runtime's name.
 func RuntimeFor(name string) Runtime {
