@@ -6,9 +6,9 @@
 # Usage: deploy/deps.sh [run|test]   (test also needs chromium, compose,
 # and gcc and git for Gitea)
 #
-# gVisor (runsc) is installed and registered with Docker (deploy/runsc.sh)
-# for the tests, which run sandboxes under it too, and for `run` when
-# SANDBOX_RUNTIME=runsc asks for it.
+# gVisor (runsc) is built from its Go module and registered with Docker
+# (deploy/runsc.sh) for the tests, which run sandboxes under it too, and
+# for `run` when SANDBOX_RUNTIME=runsc asks for it.
 set -eu
 cd "$(dirname "$0")"
 if [ "${1:-run}" = test ] || [ "${SANDBOX_RUNTIME:-}" = runsc ]; then

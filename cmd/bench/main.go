@@ -467,7 +467,8 @@ func scaleOut(ctx context.Context, binDir string, n int, hostWarm bench.Stats) (
 func onlyGvisor(ctx context.Context, binDir string, n int) ([]row, error) {
 	var warm, fresh, snippet bench.Stats
 	csv := benchCSV()
-	_, err := onService(ctx, binDir, func(_ *service, cs *mcp.ClientSession) ([]row, error) {
+	_, err := onService(ctx, binDir, func(svc *service, cs *mcp.ClientSession) ([]row, error) {
+		svc.settle(ctx)
 		lat, _, err := bench.Sequential(ctx, cs, "bench-warm", "python", "print(1)", 5, n)
 		if err != nil {
 			return nil, err
@@ -500,6 +501,7 @@ func gvisorRows(ctx context.Context, binDir string, n int, warm, fresh, snippet 
 	}
 	defer svc.stop()
 	defer cs.Close()
+	svc.settle(ctx)
 	lat, _, err := bench.Sequential(ctx, cs, "bench-gvisor", "python", "print(1)", 5, n)
 	if err != nil {
 		return nil, err
@@ -573,6 +575,7 @@ func newConversations(ctx context.Context, cs *mcp.ClientSession, n int) (bench.
 type service struct {
 	url, token string
 	root       string
+	executors  []string // their EXECUTOR_IDs
 	procs      map[string]*exec.Cmd
 	logs       map[string]*bytes.Buffer
 	stopped    bool
@@ -639,7 +642,9 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 	for i := range o.executors {
 		name := fmt.Sprintf("executor-%d", i)
 		cmd := exec.Command(filepath.Join(binDir, "executor"))
-		cmd.Env = append(env, "EXECUTOR_ID=bench-"+strings.ToLower(rand.Text()[:8]))
+		id := "bench-" + strings.ToLower(rand.Text()[:8])
+		s.executors = append(s.executors, id)
+		cmd.Env = append(env, "EXECUTOR_ID="+id)
 		if o.s3 {
 			dir := filepath.Join(root, name)
 			os.MkdirAll(dir, 0o711)
@@ -674,6 +679,31 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 			return nil, fmt.Errorf("the service did not become ready:\n%s", logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// settle waits until the executors have started the sandboxes their pools
+// begin with (their count stays the same for a few seconds), at most a
+// minute and a half: a measure taken meanwhile would share the CPU with
+// container starts — under gVisor seconds of CPU each.
+func (s *service) settle(ctx context.Context) {
+	args := []string{"ps", "-aq"}
+	for _, id := range s.executors {
+		args = append(args, "--filter", "label=runbox.executor="+id)
+	}
+	last, same := -1, 0
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && same < 6; {
+		out, err := exec.CommandContext(ctx, "docker", args...).Output()
+		if err != nil {
+			return
+		}
+		n := len(strings.Fields(string(out)))
+		if n == last && n > 0 {
+			same++
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
