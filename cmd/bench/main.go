@@ -468,7 +468,7 @@ func onlyGvisor(ctx context.Context, binDir string, n int) ([]row, error) {
 	var warm, fresh, snippet bench.Stats
 	csv := benchCSV()
 	_, err := onService(ctx, binDir, func(svc *service, cs *mcp.ClientSession) ([]row, error) {
-		svc.settle(ctx)
+		svc.settle()
 		lat, _, err := bench.Sequential(ctx, cs, "bench-warm", "python", "print(1)", 5, n)
 		if err != nil {
 			return nil, err
@@ -501,7 +501,7 @@ func gvisorRows(ctx context.Context, binDir string, n int, warm, fresh, snippet 
 	}
 	defer svc.stop()
 	defer cs.Close()
-	svc.settle(ctx)
+	svc.settle()
 	lat, _, err := bench.Sequential(ctx, cs, "bench-gvisor", "python", "print(1)", 5, n)
 	if err != nil {
 		return nil, err
@@ -575,7 +575,6 @@ func newConversations(ctx context.Context, cs *mcp.ClientSession, n int) (bench.
 type service struct {
 	url, token string
 	root       string
-	executors  []string // their EXECUTOR_IDs
 	procs      map[string]*exec.Cmd
 	logs       map[string]*bytes.Buffer
 	stopped    bool
@@ -642,9 +641,7 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 	for i := range o.executors {
 		name := fmt.Sprintf("executor-%d", i)
 		cmd := exec.Command(filepath.Join(binDir, "executor"))
-		id := "bench-" + strings.ToLower(rand.Text()[:8])
-		s.executors = append(s.executors, id)
-		cmd.Env = append(env, "EXECUTOR_ID="+id)
+		cmd.Env = append(env, "EXECUTOR_ID=bench-"+strings.ToLower(rand.Text()[:8]))
 		if o.s3 {
 			dir := filepath.Join(root, name)
 			os.MkdirAll(dir, 0o711)
@@ -683,28 +680,41 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 }
 
 // settle waits until the executors have started the sandboxes their pools
-// begin with (their count stays the same for a few seconds), at most a
-// minute and a half: a measure taken meanwhile would share the CPU with
-// container starts — under gVisor seconds of CPU each.
-func (s *service) settle(ctx context.Context) {
-	args := []string{"ps", "-aq"}
-	for _, id := range s.executors {
-		args = append(args, "--filter", "label=runbox.executor="+id)
-	}
-	last, same := -1, 0
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && same < 6; {
-		out, err := exec.CommandContext(ctx, "docker", args...).Output()
-		if err != nil {
-			return
-		}
-		n := len(strings.Fields(string(out)))
-		if n == last && n > 0 {
-			same++
+// begin with and the machine is idle again (under a quarter of its CPU
+// busy for two seconds), at most a minute and a half: a measure taken
+// meanwhile would share the CPU with container starts — under gVisor
+// seconds of CPU each, well after the container count is reached.
+func (s *service) settle() {
+	quiet := 0
+	prevBusy, prevTotal := cpuTimes()
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && quiet < 2; {
+		time.Sleep(time.Second)
+		busy, total := cpuTimes()
+		if total > prevTotal && float64(busy-prevBusy) < 0.25*float64(total-prevTotal) {
+			quiet++
 		} else {
-			last, same = n, 0
+			quiet = 0
 		}
-		time.Sleep(500 * time.Millisecond)
+		prevBusy, prevTotal = busy, total
 	}
+}
+
+// cpuTimes returns the host's busy and total CPU time so far, in ticks
+// (the first line of /proc/stat).
+func cpuTimes() (busy, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseUint(f, 10, 64)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
 }
 
 func (s *service) start(name string, cmd *exec.Cmd) error {

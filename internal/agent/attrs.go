@@ -14,11 +14,13 @@ import (
 // that outlive its conversation: a reset checks them (fail closed: it
 // cannot raise a limit a program lowered, nor undo a lower priority).
 //
-// Under gVisor ioprio_get and ioprio_set are refused to every process
-// (EPERM: the sentry has no I/O scheduler): the I/O priority can then be
-// neither read nor changed, and the check instead proves, each time, that
-// it still cannot be changed — a kernel that let ioprio_set through while
-// refusing ioprio_get fails it (see ioprioFixed).
+// gVisor's release of 2022-12 refuses ioprio_get and ioprio_set to every
+// process (EPERM: the sentry has no I/O scheduler): the I/O priority can
+// then be neither read nor changed, and the check instead proves, each
+// time, that it still cannot be changed — a kernel that let ioprio_set
+// through while refusing ioprio_get fails it (see ioprioFixed). Later
+// releases keep a priority per process, readable by another only with its
+// user's uid or CAP_SYS_NICE (the agent apart from programs has it).
 type procAttrs struct {
 	limits   [nLimits]unix.Rlimit
 	nice     int

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -405,4 +406,86 @@ func FuzzRequestHead(f *testing.F) {
 			t.Fatalf("passed without a host or port: %+v from %q", tg, data)
 		}
 	})
+}
+
+// blockingResolver answers nothing until it is given up on.
+type blockingResolver struct{}
+
+func (blockingResolver) LookupNetIP(ctx context.Context, _, _ string) ([]netip.Addr, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// fullListener returns the port of a listener whose queue of connections
+// not yet accepted is full: a further connection to it is never answered
+// (Linux drops its SYN), as a host that drops packets would do.
+func fullListener(t *testing.T) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sa.(*syscall.SockaddrInet4).Port
+	// Fill the queue; the connections that complete are never accepted.
+	for range 4 {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p), 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return p
+}
+
+// TestProxyConnectTimeout: a name that does not resolve in time and an
+// address that never answers each cost a program the connect timeout, not
+// its run's time, and are recorded as such.
+func TestProxyConnectTimeout(t *testing.T) {
+	full := fullListener(t)
+	lo := netip.MustParseAddr("127.0.0.1")
+	f := newFixture(t, func(s *Settings) {
+		s.ConnectTimeout = 300 * time.Millisecond
+		s.Resolver = blockingResolver{}
+		s.Hosts["full.test"] = Mapping{lo, uint16(full)}
+	})
+	for _, tt := range []struct {
+		name, request, host string
+		status              int
+		reason              string
+	}{
+		{"a name that does not resolve in time", "GET http://slow.example/ HTTP/1.1\r\nHost: slow.example\r\n\r\n", "slow.example",
+			http.StatusForbidden, "the name does not resolve"},
+		{"an address that never answers", fmt.Sprintf("GET http://full.test:%d/ HTTP/1.1\r\nHost: full.test:%[1]d\r\n\r\n", full), "full.test",
+			http.StatusBadGateway, "could not connect: timed out"},
+		{"a tunnel to an address that never answers", fmt.Sprintf("CONNECT full.test:%d HTTP/1.1\r\nHost: full.test:%[1]d\r\n\r\n", full), "full.test",
+			http.StatusBadGateway, "could not connect: timed out"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.open("slow.example", "full.test")
+			begin := time.Now()
+			status, _ := f.raw(t, tt.request)
+			took := time.Since(begin)
+			recs := r.Close()
+			if status != tt.status {
+				t.Errorf("answer %d, want %d", status, tt.status)
+			}
+			if took > 5*time.Second {
+				t.Errorf("answered after %v; the connect timeout is 300ms", took)
+			}
+			if len(recs) != 1 || recs[0].Host != tt.host || !strings.Contains(recs[0].Reason, tt.reason) {
+				t.Errorf("records %+v, want one of %q saying %q", recs, tt.host, tt.reason)
+			}
+		})
+	}
 }

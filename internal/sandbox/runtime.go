@@ -55,9 +55,10 @@ var agentCaps = []string{"SETUID", "SETGID", "KILL", "SYS_RESOURCE", "SYS_NICE",
 func RuntimeFor(name string) Runtime {
 	switch name {
 	case "runsc":
-		// gVisor (Debian's runsc, 2022-12) shows a non-dumpable process's
-		// descriptors in /proc/<pid>/fd to processes of its user, so the
-		// agent runs as another user than programs (see SECURITY.md). The
+		// gVisor shows a non-dumpable process's /proc/<pid>/fd to
+		// processes of its user (its release of 2022-12 let them open the
+		// descriptors there), so the agent runs as another user than
+		// programs (see SECURITY.md). The
 		// agent itself finds what else differs (agent.DenyMqueuesUnlisted,
 		// the I/O priority in attrs.go) and proves each reset as under
 		// runc.
