@@ -442,13 +442,22 @@ func TestPackages(t *testing.T) {
 			t.Errorf("a package the registry does not have: %+v", r)
 		}
 	})
+
+	t.Run("npm counts against the quota", func(t *testing.T) {
+		r := runEgress(t, cs, map[string]any{"language": "typescript", "conversationId": "npm-big", "packages": []string{"bignpm@1.0.0"}, "code": "1"})
+		if r.Success || !strings.Contains(r.Error, "installing packages failed") ||
+			!strings.Contains(r.Error, "ENOSPC") && !strings.Contains(r.Error, "no space left") && !strings.Contains(r.Error, "quota") {
+			t.Errorf("a package of 12 MB in an 8 MB quota: %+v", r)
+		}
+	})
 }
 
 // packageIndex is a PEP 503 index and an npm registry of packages made
-// here: tinypkg (a module), bigpkg (10 MB of data) and tinynpm.
+// here: tinypkg (a module), bigpkg (12 MB of data), tinynpm and bignpm
+// (12 MB of data).
 type packageIndex struct {
 	wheels map[string][]byte // by file name
-	npmTGZ []byte
+	npm    map[string][]byte // tarballs of version 1.0.0, by name
 	hits   chan string
 }
 
@@ -465,10 +474,13 @@ func newPackageIndex(t *testing.T) *packageIndex {
 			"tinypkg-0.1.0-py3-none-any.whl": wheel(t, "tinypkg", "0.1.0", map[string][]byte{"tinypkg/__init__.py": []byte("X = 42\n")}),
 			"bigpkg-1.0-py3-none-any.whl":    wheel(t, "bigpkg", "1.0", big),
 		},
-		npmTGZ: npmTarball(t, map[string]string{
-			"package/package.json": `{"name": "tinynpm", "version": "1.0.0", "type": "module", "main": "index.js"}`,
-			"package/index.js":     "export const x = 42;\n",
-		}),
+		npm: map[string][]byte{
+			"tinynpm": npmTarball(t, map[string]string{
+				"package/package.json": `{"name": "tinynpm", "version": "1.0.0", "type": "module", "main": "index.js"}`,
+				"package/index.js":     "export const x = 42;\n",
+			}),
+			"bignpm": npmTarball(t, bigNPM),
+		},
 		hits: make(chan string, 100),
 	}
 }
@@ -518,27 +530,42 @@ func (p *packageIndex) pypi() http.Handler {
 	return mux
 }
 
-// npmRegistry serves the packument of tinynpm and its tarball.
+// bigNPM is bignpm's files: 12 MB that compress well, no one file larger
+// than RLIMIT_FSIZE (the quota).
+var bigNPM = func() map[string]string {
+	files := map[string]string{
+		"package/package.json": `{"name": "bignpm", "version": "1.0.0", "main": "index.js"}`,
+		"package/index.js":     "module.exports = 1;\n",
+	}
+	for i := range 4 {
+		files[fmt.Sprintf("package/blob%d.bin", i)] = strings.Repeat("\x00", 3<<20)
+	}
+	return files
+}()
+
+// npmRegistry serves the packument of each package and its tarball.
 func (p *packageIndex) npmRegistry(port func() int) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/tinynpm", func(w http.ResponseWriter, r *http.Request) {
-		sha1sum := sha1.Sum(p.npmTGZ)
-		sha512sum := sha512.Sum512(p.npmTGZ)
-		doc := map[string]any{
-			"name": "tinynpm", "dist-tags": map[string]string{"latest": "1.0.0"},
-			"versions": map[string]any{"1.0.0": map[string]any{
-				"name": "tinynpm", "version": "1.0.0",
-				"dist": map[string]string{
-					"tarball":   fmt.Sprintf("http://npm.test:%d/tinynpm/-/tinynpm-1.0.0.tgz", port()),
-					"shasum":    hex.EncodeToString(sha1sum[:]),
-					"integrity": "sha512-" + base64.StdEncoding.EncodeToString(sha512sum[:]),
-				},
-			}},
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(doc)
-	})
-	mux.HandleFunc("/tinynpm/-/tinynpm-1.0.0.tgz", func(w http.ResponseWriter, r *http.Request) { w.Write(p.npmTGZ) })
+	for name, tgz := range p.npm {
+		mux.HandleFunc("/"+name, func(w http.ResponseWriter, r *http.Request) {
+			sha1sum := sha1.Sum(tgz)
+			sha512sum := sha512.Sum512(tgz)
+			doc := map[string]any{
+				"name": name, "dist-tags": map[string]string{"latest": "1.0.0"},
+				"versions": map[string]any{"1.0.0": map[string]any{
+					"name": name, "version": "1.0.0",
+					"dist": map[string]string{
+						"tarball":   fmt.Sprintf("http://npm.test:%d/%s/-/%[2]s-1.0.0.tgz", port(), name),
+						"shasum":    hex.EncodeToString(sha1sum[:]),
+						"integrity": "sha512-" + base64.StdEncoding.EncodeToString(sha512sum[:]),
+					},
+				}},
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(doc)
+		})
+		mux.HandleFunc("/"+name+"/-/"+name+"-1.0.0.tgz", func(w http.ResponseWriter, r *http.Request) { w.Write(tgz) })
+	}
 	return mux
 }
 
