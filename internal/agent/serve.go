@@ -327,36 +327,47 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	}
 	path := filepath.Join(cfg.Scratch, "main."+cfg.Ext)
 
-	var (
-		pid                                    int
-		wait                                   func() syscall.WaitStatus
-		stdinR, stdinW, outR, outW, errR, errW *os.File
-		next                                   = st.takePrestarted(run)
-	)
-	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
-		st.preloaded = true // for the programs pre-started from now on
-	}
-	if next != nil {
-		stdinW, outR, errR = next.stdinW, next.outR, next.errR
-		pid, wait = next.pid, func() syscall.WaitStatus { return <-next.ended }
-		go next.feed(run.Code)
-	} else if stdinR, stdinW, outR, outW, errR, errW, err = pipes(); err != nil {
-		return nil, err
-	}
-
 	env := mergeEnv(cfg.Env, run.Env)
 	oomBefore, oomKnown := int64(0), false
 	if cfg.OOMKills != nil {
 		oomBefore, oomKnown = cfg.OOMKills()
 	}
 	var (
-		c        *cell
-		kstate   string
-		compiled = len(cfg.Compile) > 0 && !run.KeepState
-		forked   *zygote // the zygote the program forked from
+		pid                                    int
+		wait                                   func() syscall.WaitStatus
+		stdinR, stdinW, outR, outW, errR, errW *os.File
+		next                                   = st.takePrestarted(run)
+		c                                      *cell
+		kstate                                 string
+		compiled                               = len(cfg.Compile) > 0 && !run.KeepState
+		forked                                 *zygote // the zygote the program forked from
+		handed                                 *ahead  // its process forked ahead, if it took that
 	)
+	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
+		st.preloaded = true // for the programs pre-started from now on
+	}
+	if z := st.zygote; next == nil && z != nil && !compiled && !run.KeepState && run.Filesystem == nil {
+		st.preloadFor(run.Code)
+		if z.waitReady(zygoteWait) {
+			handed = z.handAhead(forkRequest{Path: path, Dir: cfg.Dir, Env: env})
+		}
+	}
 	switch {
 	case next != nil:
+		stdinW, outR, errR = next.stdinW, next.outR, next.errR
+		pid, wait = next.pid, func() syscall.WaitStatus { return <-next.ended }
+		go next.feed(run.Code)
+	case handed != nil:
+		stdinW, outR, errR = handed.stdinW, handed.outR, handed.errR
+		pid, wait, forked = handed.pid, func() syscall.WaitStatus { return <-handed.exit }, st.zygote
+	default:
+		if stdinR, stdinW, outR, outW, errR, errW, err = pipes(); err != nil {
+			return nil, err
+		}
+	}
+
+	switch {
+	case next != nil || handed != nil:
 		// Running already.
 	case compiled:
 		// Its phases start from the goroutine below, which closes the

@@ -54,6 +54,8 @@ type zygote struct {
 	preloaded bool            // a preload was asked of this zygote
 	forks     chan zygoteFork // answers to the one pending start
 	exits     map[int]chan syscall.WaitStatus
+	ahead     *ahead // the next program's process, forked ahead; nil if none
+	preforks  int    // preforks asked for, numbering them
 	stopped   bool
 
 	quit     chan struct{} // closed by stop
@@ -69,6 +71,8 @@ type zygoteFork struct {
 type zygoteMessage struct {
 	Ready  bool `json:"ready"`
 	PID    int  `json:"pid"`
+	Ahead  int  `json:"ahead"`
+	Seq    int  `json:"seq"` // of the prefork an ahead answers
 	Exit   int  `json:"exit"`
 	Status int  `json:"status"`
 }
@@ -133,6 +137,7 @@ func (z *zygote) preload(modules string) error {
 	if z.preloaded || z.sock == nil || !z.ready {
 		return nil
 	}
+	z.dropAheadLocked() // it lacks what is imported now
 	req, err := json.Marshal(map[string]string{"preload": modules})
 	if err != nil {
 		return err
@@ -222,6 +227,7 @@ func (z *zygote) runOnce() error {
 	readErr := z.read(ours, release)
 	z.mu.Lock()
 	z.setReady(false)
+	z.dropAheadLocked()
 	z.sock, z.pid, z.preloaded = nil, 0, false
 	// Programs it forked are orphans now; their runs end when the agent
 	// sees their pipes close and their group killed.
@@ -347,6 +353,12 @@ func (z *zygote) read(sock *os.File, first func()) error {
 				z.forkAheadLocked()
 			}
 			z.setReady(true)
+		case m.Ahead > 0:
+			if a := z.ahead; a != nil && a.pid == 0 && a.seq == m.Seq {
+				a.pid = m.Ahead
+				z.exits[m.Ahead] = a.exit
+				close(a.known)
+			}
 		case m.PID > 0:
 			ch := make(chan syscall.WaitStatus, 1)
 			z.exits[m.PID] = ch
@@ -365,10 +377,12 @@ func (z *zygote) read(sock *os.File, first func()) error {
 }
 
 // forkAhead asks a zygote that programs fork from to fork the next one's
-// process now, before its request (see "prefork" in zygote.py): under
-// gVisor a fork costs more than the rest of a short run. It is asked when
-// the zygote is ready (started, spawned, or done importing) and after the
-// sweep of each run forked from it, so while no program of its runs.
+// process now, ahead of its run (see "prefork" in zygote.py), with the
+// run's stdio pipes, to which the agent then hands the run's request
+// itself: under gVisor a fork, and each hand-over between processes, cost
+// more than the rest of a short run. It is asked when the zygote is ready
+// (started, spawned, or done importing) and after the sweep of each run
+// forked from it, so while no program of its runs.
 func (z *zygote) forkAhead() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -379,12 +393,117 @@ func (z *zygote) forkAhead() {
 
 // forkAheadLocked is forkAhead for a caller that holds z.mu.
 func (z *zygote) forkAheadLocked() {
-	if z.sock != nil {
-		if _, err := z.sock.Write([]byte(`{"prefork": true}`)); err != nil {
-			log.Printf("zygote: fork ahead: %v", err)
+	if z.sock == nil || z.ahead != nil {
+		return
+	}
+	a, theirs, err := newAhead()
+	if err != nil {
+		log.Printf("zygote: fork ahead: %v", err)
+		return
+	}
+	defer closeAll(theirs...)
+	fds := make([]int, len(theirs))
+	for i, f := range theirs {
+		fds[i] = int(f.Fd())
+	}
+	z.preforks++
+	a.seq = z.preforks
+	req := fmt.Appendf(nil, `{"prefork": true, "seq": %d}`, a.seq)
+	if err := syscall.Sendmsg(int(z.sock.Fd()), req, syscall.UnixRights(fds...), nil, 0); err != nil {
+		a.close()
+		log.Printf("zygote: fork ahead: %v", err)
+		return
+	}
+	z.ahead = a
+}
+
+// dropAheadLocked gives up the process forked ahead, if any: it sees its
+// socket close and exits. The caller holds z.mu.
+func (z *zygote) dropAheadLocked() {
+	if a := z.ahead; a != nil {
+		z.ahead = nil
+		if a.pid > 0 {
+			delete(z.exits, a.pid)
+		} else {
+			close(a.known)
 		}
+		a.close()
 	}
 }
+
+// aheadWait bounds the wait for the pid of a process being forked ahead.
+const aheadWait = time.Second
+
+// handAhead hands fr to the process forked ahead and returns it running
+// the program, or nil when there is none, it is not forked yet, or it
+// died (the run then forks the ordinary way).
+func (z *zygote) handAhead(fr forkRequest) *ahead {
+	z.mu.Lock()
+	a := z.ahead
+	z.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.known:
+	case <-time.After(aheadWait):
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ahead != a || a.pid == 0 {
+		return nil // given up meanwhile, or still forking
+	}
+	z.ahead = nil
+	req, err := fr.encode()
+	if err == nil {
+		select {
+		case <-a.exit:
+			err = errZygoteGone // killed while it waited (a sweep)
+		default:
+			// A program may have stopped it; none runs now.
+			_ = syscall.Kill(a.pid, syscall.SIGCONT)
+			_, err = a.sock.Write(req)
+		}
+	}
+	a.sock.Close()
+	if err != nil {
+		delete(z.exits, a.pid)
+		closeAll(a.stdinW, a.outR, a.errR)
+		return nil
+	}
+	return a
+}
+
+// ahead is a program's process forked ahead of its run, with the run's
+// stdio.
+type ahead struct {
+	seq    int           // its prefork's number
+	pid    int           // 0 until the zygote tells it; under zygote.mu
+	known  chan struct{} // closed when pid is, or when it is given up
+	sock   *os.File      // ours: the run's request goes there
+	stdinW *os.File
+	outR   *os.File
+	errR   *os.File
+	exit   chan syscall.WaitStatus
+}
+
+// newAhead makes the socket and the pipes of a process to fork ahead, and
+// returns the ends it is given: its socket, stdin, stdout and stderr.
+func newAhead() (*ahead, []*os.File, error) {
+	ours, theirs, err := socketPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdinR, stdinW, outR, outW, errR, errW, err := pipes()
+	if err != nil {
+		closeAll(ours, theirs)
+		return nil, nil, err
+	}
+	a := &ahead{known: make(chan struct{}), sock: ours, stdinW: stdinW, outR: outR, errR: errR, exit: make(chan syscall.WaitStatus, 1)}
+	return a, []*os.File{theirs, stdinR, outW, errW}, nil
+}
+
+func (a *ahead) close() { closeAll(a.sock, a.stdinW, a.outR, a.errR) }
 
 // processID returns the zygote's pid, which a sweep must spare (0 if none).
 func (z *zygote) processID() int {
@@ -406,6 +525,18 @@ type forkRequest struct {
 	Spawn  bool              `json:"spawn,omitempty"`
 }
 
+// encode returns the request as the zygote (or a process forked ahead)
+// reads it.
+func (fr forkRequest) encode() ([]byte, error) {
+	fr.EnvMap = make(map[string]string, len(fr.Env))
+	for _, kv := range fr.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			fr.EnvMap[k] = v
+		}
+	}
+	return json.Marshal(fr)
+}
+
 // fork starts a program (or a kernel, or a zygote) from the zygote with
 // the given descriptors: stdin, stdout, stderr and, for a kernel, its
 // socket; for a zygote, its socket alone.
@@ -416,13 +547,7 @@ func (z *zygote) fork(fr forkRequest, files []*os.File) (zygoteFork, error) {
 	if sock == nil || !ready {
 		return zygoteFork{}, errZygoteGone
 	}
-	fr.EnvMap = make(map[string]string, len(fr.Env))
-	for _, kv := range fr.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			fr.EnvMap[k] = v
-		}
-	}
-	req, err := json.Marshal(fr)
+	req, err := fr.encode()
 	if err != nil {
 		return zygoteFork{}, err
 	}

@@ -22,16 +22,19 @@ fork's cost rather than Python's start. The template ignores the signals
 a program could send it to end or interrupt it (a program runs as the
 same user); a spawned zygote restores them as Python started them.
 
-A request {"prefork": true} (no answer) forks the next program's process
-ahead of its request, while no program runs: a fork of this process
-costs ~6 ms under gVisor, 27 with pandas imported, where it costs 0.3 and
-2 under runc. That child waits for the request on a socket of its own and
-then goes on as a child forked for it would; the zygote answers {"pid"}
-at once. It is not dumpable until then (as the zygote), it is killed when
-a preload makes it stale, and the agent's sweep after a run that did not
-use it kills it (the zygote then forgets it). A program can signal it (the
-same user), as it can the zygote: only its own conversation's next run
-would suffer, and the zygote continues it before handing it a request.
+A request {"prefork": true, "seq"} carries four descriptors: a
+SOCK_SEQPACKET socket and the next program's stdin, stdout and stderr.
+The zygote forks that program's process ahead of its run and answers
+{"ahead": pid, "seq"}, then {"exit"} when it ends; the process waits on the
+socket for the run's request ({"path", "env", "cwd"}), which the agent
+sends it directly, and goes on as a child forked for it would. A fork of
+this process costs ~6 ms under gVisor, 27 with pandas imported, where it
+costs 0.3 and 2 under runc; so it leaves the run's time. It is forked
+while no program runs, is not dumpable until it becomes the program (as
+the zygote), and ignores every signal a program could end or interrupt it
+with while it waits; the agent gives it up (closes the socket: it exits)
+when a preload makes it stale, and the agent's sweep after a run that did
+not use it kills it.
 
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
@@ -89,17 +92,20 @@ def preload(names):
             print(f"zygote: cannot preload {name}: {e}", file=sys.stderr)
 
 
-def close_from(low):
-    """Closes every descriptor from low up: those open, as /proc/self/fd
-    lists them. (os.closerange here tries every number up to the limit, a
-    system call each: 5 ms under runc, 16 ms under gVisor.)"""
+def close_from(low, keep=()):
+    """Closes every descriptor from low up but those in keep: those open,
+    as /proc/self/fd lists them. (os.closerange here tries every number up
+    to the limit, a system call each: 5 ms under runc, 16 ms under
+    gVisor.)"""
     try:
         open_fds = [int(n) for n in os.listdir("/proc/self/fd")]
     except OSError:
-        os.closerange(low, 65536)
-        return
+        if not keep:
+            os.closerange(low, 65536)
+            return
+        open_fds = range(low, 65536)
     for fd in open_fds:
-        if fd >= low:
+        if fd >= low and fd not in keep:
             try:
                 os.close(fd)
             except OSError:
@@ -185,17 +191,21 @@ def child(req, fds, prepared=False):
     os._exit(code)
 
 
-def waiting(sock):
-    """A child forked ahead of its request: waits for it on sock, then
-    becomes the program (or kernel) as child() does. Never returns."""
+def waiting(sock, stdio):
+    """A process forked ahead of its run: waits for the run's request on
+    sock, then becomes the program on stdio as child() does. Never
+    returns."""
     import json
 
     # No signal a program could send ends or interrupts it while it waits
-    # but SIGKILL (the zygote then forks the request as it would have) and
-    # SIGSTOP (the zygote continues it with the request).
+    # but SIGKILL (the agent then has the zygote fork the run) and SIGSTOP
+    # (the agent continues it with the request).
     handlers = {sig: signal.getsignal(sig) for sig in CATCHABLE}
     for sig in CATCHABLE:
         signal.signal(sig, signal.SIG_IGN)
+    # Nothing of the zygote's (its socket to the agent above all) is held
+    # while it waits.
+    close_from(3, keep={sock.fileno(), *stdio})
     prepare()
     # Python's first steps in a fork write to pages it shares with the
     # zygote, each copied then (a fault: ~10 µs under gVisor, where these
@@ -203,17 +213,17 @@ def waiting(sock):
     # copies now rather than in the program's time.
     exec(compile("x = [1]", "<ahead>", "exec"), {})
     try:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        msg = sock.recv(1 << 20)
         req = json.loads(msg) if msg else None
     except BaseException:
         os._exit(70)
-    if req is None:  # the zygote gone
+    if req is None:  # given up
         os._exit(0)
     for sig, handler in handlers.items():
         if handler is not None:
             signal.signal(sig, handler)
     os.close(sock.detach())
-    child(req, fds, prepared=True)
+    child(req, stdio, prepared=True)
 
 
 def add_user_site():
@@ -409,36 +419,34 @@ def serve(fresh):
         sel.close()
         ctl.detach()
 
-    ahead = Ahead(detach)
-
     send({"ready": True})
     while True:
         for key, _ in sel.select():
             if key.fileobj is ctl:
                 msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 4)
                 if not msg:
-                    ahead.drop()
                     return
                 req = json.loads(msg)
                 if "preload" in req:
                     for fd in fds:
                         os.close(fd)
-                    ahead.drop()  # it lacks what is imported now
                     preload(req["preload"])
                     send({"ready": True})
                     continue
                 if req.get("prefork"):
+                    if len(fds) == 4:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                        pid = os.fork()
+                        if pid == 0:
+                            detach()
+                            # A signal it gets while it waits must not wake
+                            # the zygote.
+                            signal.set_wakeup_fd(-1)
+                            waiting(socket.socket(fileno=fds[0]), fds[1:])
+                        send({"ahead": pid, "seq": req.get("seq")})
                     for fd in fds:
                         os.close(fd)
-                    ahead.fork()
-                    continue
-                if req.get("spawn"):
-                    ahead.drop()  # a spawned zygote starts with none
-                pid = 0 if req.get("spawn") else ahead.hand(msg, fds)
-                if pid:
-                    for fd in fds:
-                        os.close(fd)
-                    send({"pid": pid})
                     continue
                 if req.get("spawn"):
                     # From now on this process is the template: it forks
@@ -465,81 +473,7 @@ def serve(fresh):
                         break
                     if pid == 0:
                         break
-                    if ahead.reaped(pid):
-                        continue
                     send({"exit": pid, "status": status})
-
-
-class Ahead:
-    """The next program's process, forked ahead of its request (see the
-    "prefork" request above), and those given up, whose ends the agent is
-    not told of: it never knew them."""
-
-    def __init__(self, detach):
-        self.detach = detach
-        self.pid = 0
-        self.sock = None  # ours; the child waits on the other end
-        self.dropped = set()
-
-    def fork(self):
-        if self.pid:
-            return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            self.detach()
-            ours.close()
-            # A signal it gets while it waits must not wake the zygote.
-            signal.set_wakeup_fd(-1)
-            waiting(theirs)
-        theirs.close()
-        self.pid, self.sock = pid, ours
-
-    def hand(self, msg, fds):
-        """Gives a request to the child; returns its pid, or 0 when there
-        is none or it died (the request is then forked the ordinary way)."""
-        pid = self._forget()
-        if pid:
-            try:
-                os.kill(pid, signal.SIGCONT)  # a program may have stopped it
-                socket.send_fds(self.sock, [msg], fds, socket.MSG_NOSIGNAL)
-            except OSError:
-                self.dropped.add(pid)
-                pid = 0
-            self.sock.close()
-            self.sock = None
-        return pid
-
-    def drop(self):
-        """Kills the child, if any."""
-        pid = self._forget()
-        if pid:
-            self.sock.close()
-            self.sock = None
-            self.dropped.add(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def reaped(self, pid):
-        """Reports whether a child reaped was this one's (killed while it
-        waited, or given up), which the agent is not told of."""
-        if pid == self.pid:  # killed while it waited (the sweep)
-            self._forget()
-            self.sock.close()
-            self.sock = None
-            return True
-        if pid in self.dropped:
-            self.dropped.discard(pid)
-            return True
-        return False
-
-    def _forget(self):
-        pid, self.pid = self.pid, 0
-        return pid
 
 
 def spawned(fresh, fds, rfd, wfd):
