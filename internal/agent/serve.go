@@ -176,7 +176,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	st := &starter{cfg: cfg, waiter: newWaiter(), attrs: attrs}
 	st.startZygote()
 	st.prestart()
-	defer st.dropPrestarted()
+	defer func() {
+		// Once the last run's goroutine has made what the next run would
+		// start from (it holds busy until then).
+		st.busy.Lock()
+		defer st.busy.Unlock()
+		st.dropPrestarted()
+	}()
 	defer func() {
 		if st.zygote != nil {
 			st.zygote.stop()
@@ -469,12 +475,15 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 				ex.OOMKilled = true
 			}
 		}
-		st.prestart() // after the sweep: no program runs
+		exited <- ex
+		// What the next run starts from, made after the sweep (no program
+		// runs) and off this run's time: its exit is reported already,
+		// and the next run waits for busy.
+		st.prestart()
 		if forked != nil {
 			forked.forkAhead()
 		}
 		st.busy.Unlock()
-		exited <- ex
 	}()
 	return p, nil
 }
