@@ -352,10 +352,14 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
 		st.preloaded = true // for the programs pre-started from now on
 	}
-	if z := st.zygote; next == nil && z != nil && !compiled && !run.KeepState && run.Filesystem == nil {
-		st.preloadFor(run.Code)
-		if z.waitReady(zygoteWait) {
-			handed = z.handAhead(forkRequest{Path: path, Dir: cfg.Dir, Env: env})
+	if z := st.zygote; next == nil && z != nil && !compiled {
+		if run.KeepState || run.Filesystem != nil {
+			z.endAhead() // not for this program, which must not find it
+		} else {
+			st.preloadFor(run.Code)
+			if z.waitReady(zygoteWait) {
+				handed = z.handAhead(forkRequest{Path: path, Dir: cfg.Dir, Env: env})
+			}
 		}
 	}
 	switch {

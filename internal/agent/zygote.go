@@ -133,11 +133,16 @@ func (z *zygote) awaitReady(d time.Duration) bool {
 // come. It is not ready again until it has.
 func (z *zygote) preload(modules string) error {
 	z.mu.Lock()
+	asked := z.preloaded
+	z.mu.Unlock()
+	if !asked {
+		z.endAhead() // it lacks what is imported now
+	}
+	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.preloaded || z.sock == nil || !z.ready {
 		return nil
 	}
-	z.dropAheadLocked() // it lacks what is imported now
 	req, err := json.Marshal(map[string]string{"preload": modules})
 	if err != nil {
 		return err
@@ -347,9 +352,10 @@ func (z *zygote) read(sock *os.File, first func()) error {
 		z.mu.Lock()
 		switch {
 		case m.Ready:
-			if z.template != nil {
-				// Before it is ready: a run waiting for that then finds
-				// its process forked.
+			if z.template != nil && !z.preloaded {
+				// Started or spawned (not done importing: the run that
+				// asked for that forks its process anyway). Before it is
+				// ready: a run waiting for that finds its process forked.
 				z.forkAheadLocked()
 			}
 			z.setReady(true)
@@ -380,9 +386,9 @@ func (z *zygote) read(sock *os.File, first func()) error {
 // process now, ahead of its run (see "prefork" in zygote.py), with the
 // run's stdio pipes, to which the agent then hands the run's request
 // itself: under gVisor a fork, and each hand-over between processes, cost
-// more than the rest of a short run. It is asked when the zygote is ready
-// (started, spawned, or done importing) and after the sweep of each run
-// forked from it, so while no program of its runs.
+// more than the rest of a short run. It is asked when the zygote has
+// started (or been spawned) and after the sweep of each run forked from
+// it, so while no program of its runs.
 func (z *zygote) forkAhead() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -431,7 +437,41 @@ func (z *zygote) dropAheadLocked() {
 	}
 }
 
-// aheadWait bounds the wait for the pid of a process being forked ahead.
+// endAhead ends the process forked ahead, if any, and waits until the
+// zygote has reaped it (each wait at most aheadWait): a program that does
+// not take it (a kept-state cell, one under filesystem rules, one the
+// zygote imports for first) must not find it.
+func (z *zygote) endAhead() {
+	z.mu.Lock()
+	a := z.ahead
+	z.ahead = nil
+	z.mu.Unlock()
+	if a == nil {
+		return
+	}
+	defer a.close() // a process still being forked sees its socket close, and exits
+	select {
+	case <-a.known:
+	case <-time.After(aheadWait):
+	}
+	z.mu.Lock()
+	pid := a.pid
+	z.mu.Unlock()
+	if pid == 0 {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-a.exit:
+	case <-time.After(aheadWait):
+	}
+	z.mu.Lock()
+	delete(z.exits, pid)
+	z.mu.Unlock()
+}
+
+// aheadWait bounds the wait for the pid of a process being forked ahead,
+// and for its end.
 const aheadWait = time.Second
 
 // handAhead hands fr to the process forked ahead and returns it running

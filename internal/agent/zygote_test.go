@@ -329,9 +329,8 @@ func TestZygoteForksAhead(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	for range 3 {
-		want := ahead()
-		got := run(`import os
+	// probe prints its pid and the zygote's other children.
+	probe := `import os
 def parent(p):
     try:
         return int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])
@@ -339,10 +338,20 @@ def parent(p):
         return 0
 z = os.getppid()
 others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid() and parent(p) == z]
-print(os.getpid(), others)`)
+print(os.getpid(), others)`
+	for range 3 {
+		want := ahead()
+		got := run(probe)
 		if got != fmt.Sprintf("%d []\n", want) {
 			t.Fatalf("the run printed %q; want its pid %d, forked ahead, and no other child of the zygote", got, want)
 		}
+	}
+	// A kept-state cell does not take it: it is ended before the cell
+	// runs, which does not find it either.
+	ahead()
+	cell := runOnce(t, c, Run{KeepState: true, Code: probe}, "")
+	if !strings.HasSuffix(cell.stdout, " []\n") {
+		t.Errorf("a kept-state cell found %q", cell.stdout)
 	}
 	if os.Getuid() != 0 { // root reads any process's environment
 		if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", ahead())); err == nil {

@@ -32,9 +32,9 @@ this process costs ~6 ms under gVisor, 27 with pandas imported, where it
 costs 0.3 and 2 under runc; so it leaves the run's time. It is forked
 while no program runs, is not dumpable until it becomes the program (as
 the zygote), and ignores every signal a program could end or interrupt it
-with while it waits; the agent gives it up (closes the socket: it exits)
-when a preload makes it stale, and the agent's sweep after a run that did
-not use it kills it.
+with while it waits; before a program that does not take it (a kept
+interpreter's cell, one under filesystem rules, the first after a preload
+made it stale) the agent kills it, so that no program finds it.
 
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
