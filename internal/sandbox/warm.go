@@ -125,20 +125,25 @@ func (m *Manager) park(sb *sandbox) {
 // background hands sb to end in a goroutine Close waits for; once the
 // manager is closed, it removes sb at once instead.
 func (m *Manager) background(sb *sandbox, end func(*sandbox)) {
-	m.mu.Lock()
-	closed := m.closed
-	if !closed {
-		m.bg.Add(1)
-	}
-	m.mu.Unlock()
-	if closed {
+	if !m.goBackground(func() { end(sb) }) {
 		m.discard(sb)
-		return
 	}
+}
+
+// goBackground runs f in a goroutine Close waits for, unless the manager
+// is closed; it reports whether it did.
+func (m *Manager) goBackground(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
-		end(sb)
+		f()
 	}()
+	return true
 }
 
 // toPool puts sb in its language's pool, or removes it once the manager is
@@ -165,15 +170,7 @@ func (m *Manager) refill(runner runbox.Runner, req Request) {
 	if m.opts.MaxWarm.For(req.Language) == 0 {
 		return
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return
-	}
-	m.bg.Add(1)
-	m.mu.Unlock()
-	go func() {
-		defer m.bg.Done()
+	m.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 		defer cancel()
 		sb, err := m.create(ctx, runner, req)
@@ -189,7 +186,7 @@ func (m *Manager) refill(runner runbox.Runner, req Request) {
 			return
 		}
 		m.park(sb)
-	}()
+	})
 }
 
 // WarmLimits bound the idle warm sandboxes per language.
