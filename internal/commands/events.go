@@ -45,7 +45,6 @@ type converter struct {
 	result         *runbox.Result // the run's, once it has ended
 	out            []Event
 	partial        [2]strings.Builder // stdout, stderr
-	partialTS      [2]time.Time
 	lines          int
 	cut            bool // maxLineEvents reached
 	ended          bool // a terminal event was converted
@@ -101,21 +100,17 @@ func (c *converter) write(stream int, ev runbox.Event) {
 	for {
 		line, rest, found := strings.Cut(data, "\n")
 		if !found {
-			if line != "" {
-				if c.partial[stream].Len() == 0 {
-					c.partialTS[stream] = ev.TS
-				}
-				c.partial[stream].WriteString(line)
-			}
+			c.partial[stream].WriteString(line)
 			return
 		}
-		ts := ev.TS
 		if c.partial[stream].Len() > 0 {
 			c.partial[stream].WriteString(line)
-			line, ts = c.partial[stream].String(), c.partialTS[stream]
+			line = c.partial[stream].String()
 			c.partial[stream].Reset()
 		}
-		c.line(stream, line, ts)
+		// A line's time is when it was complete: events then stay in
+		// order, a line held across chunks of the other stream too.
+		c.line(stream, line, ev.TS)
 		data = rest
 	}
 }
@@ -124,7 +119,7 @@ func (c *converter) write(stream int, ev runbox.Event) {
 func (c *converter) flush(at time.Time) {
 	for stream := range c.partial {
 		if c.partial[stream].Len() > 0 {
-			c.line(stream, c.partial[stream].String(), c.partialTS[stream])
+			c.line(stream, c.partial[stream].String(), at)
 			c.partial[stream].Reset()
 		}
 	}

@@ -69,9 +69,14 @@ func TestConvert(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := brief(convert(tt.evs, 60))
-			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			out := convert(tt.evs, 60)
+			if got := brief(out); strings.Join(got, "|") != strings.Join(tt.want, "|") {
 				t.Fatalf("got %q\nwant %q", got, tt.want)
+			}
+			for i := 1; i < len(out); i++ {
+				if out[i].TS < out[i-1].TS {
+					t.Errorf("event %d (%s) at %v, before the one ahead of it at %v", i, out[i].Type, out[i].TS, out[i-1].TS)
+				}
 			}
 		})
 	}
