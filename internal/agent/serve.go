@@ -348,6 +348,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		compiled                               = len(cfg.Compile) > 0 && !run.KeepState
 		forked                                 *zygote // the zygote the program forked from
 		handed                                 *ahead  // its process forked ahead, if it took that
+		zygoteReady                            bool    // waited for once: at most zygoteWait
 	)
 	if cfg.PreloadWhen != nil && cfg.Prestart && cfg.PreloadWhen.MatchString(run.Code) {
 		st.preloaded = true // for the programs pre-started from now on
@@ -357,7 +358,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 			z.endAhead() // not for this program, which must not find it
 		} else {
 			st.preloadFor(run.Code)
-			if z.waitReady(zygoteWait) {
+			if zygoteReady = z.waitReady(zygoteWait); zygoteReady {
 				handed = z.handAhead(forkRequest{Path: path, Dir: cfg.Dir, Env: env})
 			}
 		}
@@ -387,13 +388,11 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		if err == nil {
 			pid = c.k.pid
 		}
-	case st.zygote != nil && run.Filesystem == nil:
-		st.preloadFor(run.Code)
-		if z := st.zygote; z.waitReady(zygoteWait) {
-			f, ferr := z.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
-			if ferr == nil {
-				pid, wait, forked = f.pid, func() syscall.WaitStatus { return <-f.exit }, z
-			}
+	case zygoteReady:
+		// None forked ahead (or it died): forked now.
+		f, ferr := st.zygote.fork(forkRequest{Path: path, Dir: cfg.Dir, Env: env}, []*os.File{stdinR, outW, errW})
+		if ferr == nil {
+			pid, wait, forked = f.pid, func() syscall.WaitStatus { return <-f.exit }, st.zygote
 		}
 	}
 	if wait == nil && !run.KeepState && !compiled {
