@@ -24,6 +24,10 @@ import (
 //   - streamProxy (agent → executor): a connection a program made to the
 //     agent's proxy listener, for the executor's egress proxy.
 //
+// On the proxy socket (proxysocket.go) a connection may instead start with
+// streamPassed: the same header, sent with the program's connection's own
+// descriptor, which the executor then serves directly.
+//
 // The session lives as long as the sandbox's conversation: a reset closes
 // it, with every stream, on both ends (in the order of the frames around
 // the reset, so that no stream of one conversation reaches the next), and
@@ -39,6 +43,7 @@ const (
 	streamDial      = 'D'
 	streamListening = 'L'
 	streamProxy     = 'P'
+	streamPassed    = 'F' // the proxy socket's only
 )
 
 // Answers to a dial or listening stream, its first byte back.
@@ -63,7 +68,7 @@ var errBadHeader = errors.New("agent: malformed stream header")
 
 func (h streamHeader) encode() []byte {
 	switch h.kind {
-	case streamProxy:
+	case streamProxy, streamPassed:
 		b := []byte{h.kind, 0, 0, 0, 0}
 		binary.BigEndian.PutUint32(b[1:], h.run)
 		return b

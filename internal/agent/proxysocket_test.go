@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"io"
 	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,8 +20,11 @@ func TestProxySocketAtReset(t *testing.T) {
 	take := func() net.Conn {
 		t.Helper()
 		// As a program could, bypassing the agent's listener.
-		pc, err := dialProxySocket(path, 7)
+		pc, err := dialProxySocket(path)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Write(streamHeader{kind: streamProxy, run: 7}.encode()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pc.Close() })
@@ -117,5 +122,170 @@ func TestProxySocketBounded(t *testing.T) {
 		t.Fatal("read from a connection past the bound")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("a connection past the bound is held open")
+	}
+}
+
+// What arrives on the proxy socket is the sandbox's to forge: a passed
+// descriptor is served only if it is one TCP connection sent with its
+// header; anything else closes the connection and every descriptor sent.
+func TestProxySocketPassedDescriptors(t *testing.T) {
+	tcpPair := func(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		a, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a.(*net.TCPConn), b.(*net.TCPConn)
+	}
+	// fdOf moves c into a descriptor of its own, which the test closes
+	// once it is sent.
+	fdOf := func(t *testing.T, c *net.TCPConn) int {
+		f, err := c.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		c.Close()
+		fd, err := syscall.Dup(int(f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	passed := streamHeader{kind: streamPassed, run: 3}.encode()
+	proxy := streamHeader{kind: streamProxy, run: 3}.encode()
+	for _, tc := range []struct {
+		name string
+		// send returns the header and descriptors to send, and the peer
+		// of a TCP connection among them, if any.
+		send func(t *testing.T) ([]byte, []int, net.Conn)
+		// served: the connection handed on is the passed one (TCP), the
+		// socket's own (copied), or none.
+		served string
+	}{
+		{"one TCP connection", func(t *testing.T) ([]byte, []int, net.Conn) {
+			a, b := tcpPair(t)
+			return passed, []int{fdOf(t, b)}, a
+		}, "passed"},
+		{"a header without a descriptor", func(t *testing.T) ([]byte, []int, net.Conn) {
+			return passed, nil, nil
+		}, "none"},
+		{"a half header with one", func(t *testing.T) ([]byte, []int, net.Conn) {
+			a, b := tcpPair(t)
+			return passed[:3], []int{fdOf(t, b)}, a
+		}, "none"},
+		{"two TCP connections", func(t *testing.T) ([]byte, []int, net.Conn) {
+			a, b := tcpPair(t)
+			_, d := tcpPair(t)
+			return passed, []int{fdOf(t, b), fdOf(t, d)}, a
+		}, "none"},
+		{"a pipe", func(t *testing.T) ([]byte, []int, net.Conn) {
+			var p [2]int
+			if err := syscall.Pipe(p[:]); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Close(p[1]) })
+			return passed, []int{p[0]}, nil
+		}, "none"},
+		{"a Unix socket", func(t *testing.T) ([]byte, []int, net.Conn) {
+			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Close(fds[1]) })
+			return passed, []int{fds[0]}, nil
+		}, "none"},
+		{"a copied connection's header with a descriptor", func(t *testing.T) ([]byte, []int, net.Conn) {
+			a, b := tcpPair(t)
+			return proxy, []int{fdOf(t, b)}, a
+		}, "copied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "proxy.sock")
+			taken := make(chan net.Conn, 1)
+			c := NewConn(nil, nil)
+			c.OnProxy(func(conn net.Conn, run uint32) {
+				if run != 3 {
+					t.Errorf("run %d, want 3", run)
+				}
+				taken <- conn
+			})
+			if err := c.ListenProxy(path); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			uc, err := dialProxySocket(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer uc.Close()
+			header, fds, peer := tc.send(t)
+			var oob []byte
+			if len(fds) > 0 {
+				oob = syscall.UnixRights(fds...)
+			}
+			if _, _, err := uc.WriteMsgUnix(header, oob, nil); err != nil {
+				t.Fatal(err)
+			}
+			// The test's own copies of what it sent: only the socket's
+			// hold them now.
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+			// Either handed on, or the socket's connection is closed.
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				_, _ = uc.Read(make([]byte, 1))
+			}()
+			var got net.Conn
+			select {
+			case got = <-taken:
+				defer got.Close()
+			case <-ended:
+			case <-time.After(headerTimeout / 2):
+				t.Fatal("neither served nor closed")
+			}
+			kind := "none"
+			if got != nil {
+				kind = "copied"
+				if _, ok := got.(*socketConn).Conn.(*net.TCPConn); ok {
+					kind = "passed"
+				}
+			}
+			if kind != tc.served {
+				t.Fatalf("served %s, want %s", kind, tc.served)
+			}
+			if kind == "passed" {
+				// The proxy speaks to the program's connection itself.
+				if _, err := got.Write([]byte("hi")); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 2)
+				peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "hi" {
+					t.Fatalf("read %q, %v", buf, err)
+				}
+				return
+			}
+			if peer != nil {
+				// Whatever was passed is closed: its peer reads the end.
+				peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, err := peer.Read(make([]byte, 1)); err == nil {
+					t.Fatalf("read %d bytes from a connection passed in vain", n)
+				} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatal("a connection passed in vain is held open")
+				}
+			}
+		})
 	}
 }

@@ -34,6 +34,9 @@ type streamServer struct {
 	// socket is the executor's proxy socket (proxysocket.go), tried
 	// before a stream; "" for none.
 	socket string
+	// copyOnly is set once the socket took no descriptor: connections
+	// are copied to it from then on.
+	copyOnly atomic.Bool
 }
 
 func newStreamServer(fw *frameWriter) *streamServer {
@@ -62,8 +65,7 @@ func (s *streamServer) proxy(c net.Conn) {
 	// later run cannot make it count as its own.
 	h := streamHeader{kind: streamProxy, run: s.runs.Load()}
 	if s.socket != "" {
-		if uc, err := dialProxySocket(s.socket, h.run); err == nil {
-			splice(c, uc)
+		if toProxySocket(s.socket, c, h.run, &s.copyOnly) {
 			return
 		}
 	}

@@ -226,7 +226,14 @@ func testProxyCarriesTheRun(t *testing.T, socket bool) {
 		defer conn.Close()
 		b, _ := io.ReadAll(io.LimitReader(conn, 64))
 		conn.Write([]byte("answer"))
-		_, viaSocket := conn.(*socketConn)
+		sc, viaSocket := conn.(*socketConn)
+		if viaSocket {
+			// Where the socket carries descriptors, the program's own
+			// connection is passed, not copied.
+			if _, passed := sc.Conn.(*net.TCPConn); !passed {
+				t.Errorf("run %d: the connection was copied, not passed", run)
+			}
+		}
 		got <- inbound{run, string(b), viaSocket}
 	})
 	// As a program would, in the first run and then in the second.
