@@ -56,18 +56,10 @@ func startKernel(z *zygote, dir string, env []string) (*kernel, error) {
 	if z == nil || !z.waitReady(zygoteWait) {
 		return nil, errNoKernel
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	ours, theirs, err := socketPair()
 	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
-	}
-	// Our end is non-blocking, so that the runtime's poller serves it and
-	// closing it ends a read under way.
-	if err := syscall.SetNonblock(fds[0], true); err != nil {
-		syscall.Close(fds[0])
-		syscall.Close(fds[1])
 		return nil, err
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "kernel"), os.NewFile(uintptr(fds[1]), "kernel-peer")
 	defer theirs.Close()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -149,20 +141,8 @@ func (k *kernel) run(path string, env map[string]string, stdio [3]*os.File) (*ce
 	for len(k.msgs) > 0 {
 		<-k.msgs
 	}
-	rights := syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	rc, err := k.sock.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var sendErr error
-	if err := rc.Write(func(fd uintptr) bool {
-		sendErr = syscall.Sendmsg(int(fd), req, rights, nil, 0)
-		return sendErr != syscall.EAGAIN
-	}); err != nil {
-		sendErr = err
-	}
-	if sendErr != nil {
-		return nil, fmt.Errorf("send to the kept interpreter: %w", sendErr)
+	if err := sendFiles(k.sock, req, stdio[:]); err != nil {
+		return nil, fmt.Errorf("send to the kept interpreter: %w", err)
 	}
 	return &cell{k: k, seq: k.seq}, nil
 }

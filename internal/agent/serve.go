@@ -197,6 +197,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		if cur != nil {
 			cur.end()
 			<-exited
+			close(cur.reported)
 		}
 		if st.kernel != nil {
 			st.kernel.kill()
@@ -212,8 +213,10 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			}
 			return fmt.Errorf("read frame: %w", err)
 		case ex := <-exited:
+			err := fw.writeJSON(frameExit, ex)
+			close(cur.reported)
 			cur = nil
-			if err := fw.writeJSON(frameExit, ex); err != nil {
+			if err != nil {
 				return fmt.Errorf("write exit: %w", err)
 			}
 		case f := <-frames:
@@ -280,9 +283,12 @@ type process struct {
 	stopped bool
 	cell    *cell
 	done    chan struct{} // closed when the run is over
-	stdin   *stdinQueue
-	spare   func() []int // pids a sweep must not kill: the zygote, the kernel
-	sweep   bool
+	// reported is closed once the run's exit is written (or never will
+	// be): what the next run starts from is made after that.
+	reported chan struct{}
+	stdin    *stdinQueue
+	spare    func() []int // pids a sweep must not kill: the zygote, the kernel
+	sweep    bool
 }
 
 // starter starts programs: the ordinary way, or forked from a zygote.
@@ -425,11 +431,12 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		return nil, fmt.Errorf("start program: %w", err)
 	}
 
-	p := &process{pid: pid, cell: c, done: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.ownsSandbox()}
+	p := &process{pid: pid, cell: c, done: make(chan struct{}), reported: make(chan struct{}), stdin: newStdinQueue(stdinW), sweep: cfg.ownsSandbox()}
 	p.spare = func() []int {
 		pids := st.templatePIDs()
 		if st.zygote != nil {
 			pids = append(pids, st.zygote.processID())
+			pids = append(pids, st.zygote.aheadPIDs()...)
 		}
 		if st.kernel != nil {
 			pids = append(pids, st.kernel.pid)
@@ -480,8 +487,10 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		}
 		exited <- ex
 		// What the next run starts from, made after the sweep (no program
-		// runs) and off this run's time: its exit is reported already,
-		// and the next run waits for busy.
+		// runs) and off this run's time: once its exit is reported (the
+		// agent runs on one thread, see cmd/runbox-agent), and the next
+		// run waits for busy.
+		<-p.reported
 		st.prestart()
 		if forked != nil {
 			forked.forkAhead()

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,8 +55,8 @@ type zygote struct {
 	preloaded bool            // a preload was asked of this zygote
 	forks     chan zygoteFork // answers to the one pending start
 	exits     map[int]chan syscall.WaitStatus
-	ahead     *ahead // the next program's process, forked ahead; nil if none
-	preforks  int    // preforks asked for, numbering them
+	aheads    []*ahead // the next programs' processes, forked ahead, oldest first
+	preforks  int      // preforks asked for, numbering them
 	stopped   bool
 
 	quit     chan struct{} // closed by stop
@@ -323,13 +324,45 @@ func (z *zygote) launch() (int, *os.File, <-chan syscall.WaitStatus, error) {
 	return cmd.Process.Pid, ours, ended, nil
 }
 
-// socketPair returns the two ends of a new SOCK_SEQPACKET socket.
+// socketPair returns the two ends of a new SOCK_SEQPACKET socket. Ours is
+// non-blocking, so that the runtime's poller serves it: a goroutine that
+// reads it parks, and the one a message wakes runs on the same thread,
+// where a read blocked in the kernel held its thread (and the goroutine it
+// woke waited for another: 1 to 2 ms each time under gVisor); and closing
+// it ends a read under way. Theirs is blocking, as a child expects.
 func socketPair() (ours, theirs *os.File, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
-	return os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote-peer"), nil
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs"), nil
+}
+
+// sendFiles sends msg on sock, ours of a socketPair, with the descriptors
+// of files (blocking ones: a child gets them). sock's own descriptor is
+// used through SyscallConn, since File.Fd would make it blocking.
+func sendFiles(sock *os.File, msg []byte, files []*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sendErr error
+	if err := rc.Write(func(fd uintptr) bool {
+		sendErr = syscall.Sendmsg(int(fd), msg, syscall.UnixRights(fds...), nil, 0)
+		return sendErr != syscall.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return sendErr
 }
 
 // read handles the zygote's messages until its socket closes. The first
@@ -360,10 +393,12 @@ func (z *zygote) read(sock *os.File, first func()) error {
 			}
 			z.setReady(true)
 		case m.Ahead > 0:
-			if a := z.ahead; a != nil && a.pid == 0 && a.seq == m.Seq {
-				a.pid = m.Ahead
-				z.exits[m.Ahead] = a.exit
-				close(a.known)
+			for _, a := range z.aheads {
+				if a.pid == 0 && a.seq == m.Seq {
+					a.pid = m.Ahead
+					z.exits[m.Ahead] = a.exit
+					close(a.known)
+				}
 			}
 		case m.PID > 0:
 			ch := make(chan syscall.WaitStatus, 1)
@@ -382,13 +417,20 @@ func (z *zygote) read(sock *os.File, first func()) error {
 	}
 }
 
-// forkAhead asks a zygote that programs fork from to fork the next one's
-// process now, ahead of its run (see "prefork" in zygote.py), with the
-// run's stdio pipes, to which the agent then hands the run's request
-// itself: under gVisor a fork, and each hand-over between processes, cost
-// more than the rest of a short run. It is asked when the zygote has
-// started (or been spawned) and after the sweep of each run forked from
-// it, so while no program of its runs.
+// aheadDepth is how many programs' processes a zygote keeps forked ahead.
+// Two: under gVisor a fork and its first steps take 10 to 20 ms here,
+// longer than a client takes to send its next run after an exit, so the
+// process forked after one run's sweep is not ready for the next run; the
+// one forked a run earlier is.
+const aheadDepth = 2
+
+// forkAhead asks a zygote that programs fork from to fork the next ones'
+// processes now, ahead of their runs (see "prefork" in zygote.py), each
+// with its run's stdio pipes, to which the agent then hands the run's
+// request itself: under gVisor a fork, and each hand-over between
+// processes, cost more than the rest of a short run. It is asked when the
+// zygote has started (or been spawned) and after the sweep of each run
+// forked from it, and keeps aheadDepth of them.
 func (z *zygote) forkAhead() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -399,35 +441,38 @@ func (z *zygote) forkAhead() {
 
 // forkAheadLocked is forkAhead for a caller that holds z.mu.
 func (z *zygote) forkAheadLocked() {
-	if z.sock == nil || z.ahead != nil {
-		return
+	for z.sock != nil && len(z.aheads) < aheadDepth {
+		if !z.forkOneAheadLocked() {
+			return
+		}
 	}
+}
+
+// forkOneAheadLocked asks for one process forked ahead and reports
+// whether the zygote was asked. The caller holds z.mu.
+func (z *zygote) forkOneAheadLocked() bool {
 	a, theirs, err := newAhead()
 	if err != nil {
 		log.Printf("zygote: fork ahead: %v", err)
-		return
+		return false
 	}
 	defer closeAll(theirs...)
-	fds := make([]int, len(theirs))
-	for i, f := range theirs {
-		fds[i] = int(f.Fd())
-	}
 	z.preforks++
 	a.seq = z.preforks
 	req := fmt.Appendf(nil, `{"prefork": true, "seq": %d}`, a.seq)
-	if err := syscall.Sendmsg(int(z.sock.Fd()), req, syscall.UnixRights(fds...), nil, 0); err != nil {
+	if err := sendFiles(z.sock, req, theirs); err != nil {
 		a.close()
 		log.Printf("zygote: fork ahead: %v", err)
-		return
+		return false
 	}
-	z.ahead = a
+	z.aheads = append(z.aheads, a)
+	return true
 }
 
-// dropAheadLocked gives up the process forked ahead, if any: it sees its
+// dropAheadLocked gives up the processes forked ahead: each sees its
 // socket close and exits. The caller holds z.mu.
 func (z *zygote) dropAheadLocked() {
-	if a := z.ahead; a != nil {
-		z.ahead = nil
+	for _, a := range z.aheads {
 		if a.pid > 0 {
 			delete(z.exits, a.pid)
 		} else {
@@ -435,20 +480,25 @@ func (z *zygote) dropAheadLocked() {
 		}
 		a.close()
 	}
+	z.aheads = nil
 }
 
-// endAhead ends the process forked ahead, if any, and waits until the
-// zygote has reaped it (each wait at most aheadWait): a program that does
-// not take it (a kept-state cell, one under filesystem rules, one the
-// zygote imports for first) must not find it.
+// endAhead ends the processes forked ahead and waits until the zygote has
+// reaped them (each wait at most aheadWait): a program that does not take
+// one (a kept-state cell, one under filesystem rules, one the zygote
+// imports for first) must not find them.
 func (z *zygote) endAhead() {
 	z.mu.Lock()
-	a := z.ahead
-	z.ahead = nil
+	aheads := z.aheads
+	z.aheads = nil
 	z.mu.Unlock()
-	if a == nil {
-		return
+	for _, a := range aheads {
+		z.endOne(a)
 	}
+}
+
+// endOne ends a process forked ahead that is no longer in z.aheads.
+func (z *zygote) endOne(a *ahead) {
 	defer a.close() // a process still being forked sees its socket close, and exits
 	select {
 	case <-a.known:
@@ -470,48 +520,98 @@ func (z *zygote) endAhead() {
 	z.mu.Unlock()
 }
 
+// aheadPIDs returns the pids of the processes forked ahead, which a sweep
+// must spare, once each is known: one the zygote is still forking would
+// otherwise be found by the sweep with a pid the agent does not know yet
+// (each wait at most aheadWait; one that is not known then is given up).
+func (z *zygote) aheadPIDs() []int {
+	z.mu.Lock()
+	aheads := slices.Clone(z.aheads)
+	z.mu.Unlock()
+	var pids []int
+	for _, a := range aheads {
+		select {
+		case <-a.known:
+		case <-time.After(aheadWait):
+		}
+		z.mu.Lock()
+		pid := a.pid
+		if pid == 0 && slices.Contains(z.aheads, a) {
+			z.aheads = slices.DeleteFunc(z.aheads, func(b *ahead) bool { return b == a })
+			close(a.known)
+			a.close()
+		}
+		z.mu.Unlock()
+		if pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // aheadWait bounds the wait for the pid of a process being forked ahead,
 // and for its end.
 const aheadWait = time.Second
 
-// handAhead hands fr to the process forked ahead and returns it running
-// the program, or nil when there is none, it is not forked yet, or it
-// died (the run then forks the ordinary way).
+// handAhead hands fr to the oldest process forked ahead that is alive and
+// returns it running the program, or nil when there is none, the oldest
+// is not forked yet, or all died (the run then forks the ordinary way).
 func (z *zygote) handAhead(fr forkRequest) *ahead {
-	z.mu.Lock()
-	a := z.ahead
-	z.mu.Unlock()
-	if a == nil {
+	req, err := fr.encode()
+	if err != nil {
 		return nil
 	}
-	select {
-	case <-a.known:
-	case <-time.After(aheadWait):
+	for {
+		z.mu.Lock()
+		if len(z.aheads) == 0 {
+			z.mu.Unlock()
+			return nil
+		}
+		a := z.aheads[0]
+		z.mu.Unlock()
+		select {
+		case <-a.known:
+		case <-time.After(aheadWait):
+		}
+		handed, forking := z.hand(a, req)
+		switch {
+		case handed:
+			return a
+		case forking:
+			return nil
+		}
 	}
+}
+
+// hand hands req to a, the oldest process forked ahead, and reports
+// whether a runs it, or is still being forked (and stays the oldest);
+// otherwise a is no longer among z.aheads.
+func (z *zygote) hand(a *ahead, req []byte) (handed, forking bool) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.ahead != a || a.pid == 0 {
-		return nil // given up meanwhile, or still forking
+	if len(z.aheads) == 0 || z.aheads[0] != a {
+		return false, false // given up meanwhile
 	}
-	z.ahead = nil
-	req, err := fr.encode()
-	if err == nil {
-		select {
-		case <-a.exit:
-			err = errZygoteGone // killed while it waited (a sweep)
-		default:
-			// A program may have stopped it; none runs now.
-			_ = syscall.Kill(a.pid, syscall.SIGCONT)
-			_, err = a.sock.Write(req)
-		}
+	if a.pid == 0 {
+		return false, true
+	}
+	z.aheads = z.aheads[1:]
+	var err error
+	select {
+	case <-a.exit:
+		err = errZygoteGone // killed while it waited (by a program)
+	default:
+		// A program may have stopped it.
+		_ = syscall.Kill(a.pid, syscall.SIGCONT)
+		_, err = a.sock.Write(req)
 	}
 	a.sock.Close()
 	if err != nil {
 		delete(z.exits, a.pid)
 		closeAll(a.stdinW, a.outR, a.errR)
-		return nil
+		return false, false
 	}
-	return a
+	return true, false
 }
 
 // ahead is a program's process forked ahead of its run, with the run's
@@ -595,11 +695,7 @@ func (z *zygote) fork(fr forkRequest, files []*os.File) (zygoteFork, error) {
 	case <-z.forks: // a stale answer to a start that timed out
 	default:
 	}
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	if err := syscall.Sendmsg(int(sock.Fd()), req, syscall.UnixRights(fds...), nil, 0); err != nil {
+	if err := sendFiles(sock, req, files); err != nil {
 		return zygoteFork{}, fmt.Errorf("send to zygote: %w", err)
 	}
 	select {

@@ -298,10 +298,11 @@ time.sleep(60)`}, env, nil, plainWaiter{}, z.busy, nil)
 }
 
 // TestZygoteForksAhead: once a run is over, the zygote holds the next
-// program's process forked already, which the next run becomes: no
-// program sees it (it is forked after the sweep, and taken by the next
-// run), it is not dumpable while it waits, as the zygote, and one that was
-// ended, interrupted or stopped costs the next run nothing but the fork.
+// programs' processes forked already (aheadDepth of them), the oldest of
+// which the next run becomes: a program finds only the others, which
+// wait as the zygote does, not dumpable; a kept-state cell finds none;
+// and one that was ended, interrupted or stopped costs the next run
+// nothing but the fork.
 func TestZygoteForksAhead(t *testing.T) {
 	c := startPythonAgent(t)
 	run := func(code string) string {
@@ -316,15 +317,16 @@ func TestZygoteForksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ahead waits for the zygote's one waiting child.
-	ahead := func() int {
+	// aheads waits for the zygote's waiting children, oldest first.
+	aheads := func() []int {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if kids := childrenOf(t, zygote); len(kids) == 1 {
-				return kids[0]
+			if kids := childrenOf(t, zygote); len(kids) == aheadDepth {
+				slices.Sort(kids)
+				return kids
 			} else if time.Now().After(deadline) {
-				t.Fatalf("the zygote's children: %v; want the one forked ahead", kids)
+				t.Fatalf("the zygote's children: %v; want the %d forked ahead", kids, aheadDepth)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -337,38 +339,53 @@ def parent(p):
     except OSError:  # a host's process that ended meanwhile
         return 0
 z = os.getppid()
-others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid() and parent(p) == z]
+others = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid() and parent(p) == z)
 print(os.getpid(), others)`
+	want := func(pid int, others []int) string {
+		return fmt.Sprintf("%d %s\n", pid, strings.ReplaceAll(fmt.Sprint(others), " ", ", "))
+	}
 	for range 3 {
-		want := ahead()
-		got := run(probe)
-		if got != fmt.Sprintf("%d []\n", want) {
-			t.Fatalf("the run printed %q; want its pid %d, forked ahead, and no other child of the zygote", got, want)
+		kids := aheads()
+		if got := run(probe); got != want(kids[0], kids[1:]) {
+			t.Fatalf("the run printed %q; want %q: the oldest forked ahead, and the others only", got, want(kids[0], kids[1:]))
 		}
 	}
-	// A kept-state cell does not take it: it is ended before the cell
-	// runs, which does not find it either.
-	ahead()
-	cell := runOnce(t, c, Run{KeepState: true, Code: probe}, "")
-	if !strings.HasSuffix(cell.stdout, " []\n") {
-		t.Errorf("a kept-state cell found %q", cell.stdout)
-	}
 	if os.Getuid() != 0 { // root reads any process's environment
-		if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", ahead())); err == nil {
-			t.Error("the process forked ahead is dumpable")
+		for _, pid := range aheads() {
+			if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
+				t.Error("a process forked ahead is dumpable")
+			}
 		}
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGSTOP, syscall.SIGKILL} {
-		pid := ahead()
-		if err := syscall.Kill(pid, sig); err != nil {
+		kids := aheads()
+		if err := syscall.Kill(kids[0], sig); err != nil {
 			t.Fatal(err)
 		}
-		for sig == syscall.SIGKILL && slices.Contains(childrenOf(t, zygote), pid) {
+		if sig != syscall.SIGKILL {
+			if got := run("print('next')"); got != "next\n" {
+				t.Errorf("after %v to the process forked ahead, the next run printed %q", sig, got)
+			}
+			continue
+		}
+		for slices.Contains(childrenOf(t, zygote), kids[0]) {
 			time.Sleep(time.Millisecond) // a kill the request could outrun
 		}
-		if got := run("print('next')"); got != "next\n" {
-			t.Errorf("after %v to the process forked ahead, the next run printed %q", sig, got)
+		// The next one forked ahead takes the run.
+		if got, _, _ := strings.Cut(run(probe), " "); got != strconv.Itoa(kids[1]) {
+			t.Errorf("with the oldest process forked ahead killed, the run was %s; want the next one, %d", got, kids[1])
 		}
+	}
+	// Signals were blocked while it waited: the program has none blocked.
+	if got := run("print(open('/proc/self/status').read().split('SigBlk:')[1].split()[0])"); got != "0000000000000000\n" {
+		t.Errorf("a program forked ahead starts with signals blocked: %q", got)
+	}
+	// A kept-state cell does not take one: they are ended before the cell
+	// runs, which does not find them.
+	aheads()
+	cell := runOnce(t, c, Run{KeepState: true, Code: probe}, "")
+	if !strings.HasSuffix(cell.stdout, " []\n") {
+		t.Errorf("a kept-state cell found %q", cell.stdout)
 	}
 }
 
