@@ -58,7 +58,7 @@ func (st *starter) reset() Reset {
 		}
 	}
 	spare := st.templatePIDs()
-	if !sweep(spare) {
+	if !sweep(spare, nil) {
 		fail("processes are left")
 	}
 	for _, dir := range st.cfg.Wipe {
@@ -74,7 +74,7 @@ func (st *starter) reset() Reset {
 	}
 	// Nothing can have started since the sweep (no program runs, busy is
 	// held), but the check is cheap and a reset must not assume.
-	if !sweep(spare) {
+	if !sweep(spare, nil) {
 		fail("processes are left")
 	}
 	if err := st.attrs.check(0); err != nil {

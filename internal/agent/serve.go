@@ -287,7 +287,8 @@ type process struct {
 	// be): what the next run starts from is made after that.
 	reported chan struct{}
 	stdin    *stdinQueue
-	spare    func() []int // pids a sweep must not kill: the zygote, the kernel
+	spare    func() []int   // pids a sweep must not kill: the zygote, the kernel
+	spares   func(int) bool // and those it says: processes forked ahead
 	sweep    bool
 }
 
@@ -376,7 +377,7 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		go next.feed(run.Code)
 	case handed != nil:
 		stdinW, outR, errR = handed.stdinW, handed.outR, handed.errR
-		pid, wait, forked = handed.pid, func() syscall.WaitStatus { return <-handed.exit }, st.zygote
+		pid, wait, forked = handed.pid, handed.wait, st.zygote
 	default:
 		if stdinR, stdinW, outR, outW, errR, errW, err = pipes(); err != nil {
 			return nil, err
@@ -436,13 +437,13 @@ func (st *starter) start(run Run, fw *frameWriter, exited chan<- Exit) (_ *proce
 		pids := st.templatePIDs()
 		if st.zygote != nil {
 			pids = append(pids, st.zygote.processID())
-			pids = append(pids, st.zygote.aheadPIDs()...)
 		}
 		if st.kernel != nil {
 			pids = append(pids, st.kernel.pid)
 		}
 		return pids
 	}
+	p.spares = func(pid int) bool { return st.zygote != nil && st.zygote.spares(pid) }
 	var wg sync.WaitGroup
 	wg.Add(2)
 	lineWait := cmp.Or(cfg.LineWait, DefaultLineWait)
@@ -641,20 +642,21 @@ func (p *process) kill() bool {
 	if !p.sweep {
 		return false
 	}
-	return sweep(p.spare())
+	return sweep(p.spare(), p.spares)
 }
 
 // sweepTime bounds how long a sweep keeps killing before it gives up and
 // reports the sandbox unclean.
 const sweepTime = 2 * time.Second
 
-// sweep kills every process it may, other than init, the agent itself and
-// spare (only in a sandbox the agent owns: Config.ownsSandbox), and scans again until a scan finds none alive: a process can fork
+// sweep kills every process it may, other than init, the agent itself,
+// spare and those spares (if set) says (only in a sandbox the agent owns:
+// Config.ownsSandbox), and scans again until a scan finds none alive: a process can fork
 // between a scan and its kill (a fork loop, a double fork under way), but
 // a killed one cannot, so the scans converge. It reports whether they did
 // in time. Zombies are dead already (their parent, the agent or the
 // zygote, reaps them).
-func sweep(spare []int) bool {
+func sweep(spare []int, spares func(int) bool) bool {
 	self := os.Getpid()
 	deadline := time.Now().Add(sweepTime)
 	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {
@@ -665,7 +667,7 @@ func sweep(spare []int) bool {
 		found := false
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == 1 || pid == self || slices.Contains(spare, pid) || !alive(pid) {
+			if err != nil || pid == 1 || pid == self || slices.Contains(spare, pid) || !alive(pid) || (spares != nil && spares(pid)) {
 				continue
 			}
 			found = true

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,11 +9,13 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A zygote is a long-lived process that has done a language's slow start
@@ -520,33 +523,56 @@ func (z *zygote) endOne(a *ahead) {
 	z.mu.Unlock()
 }
 
-// aheadPIDs returns the pids of the processes forked ahead, which a sweep
-// must spare, once each is known: one the zygote is still forking would
-// otherwise be found by the sweep with a pid the agent does not know yet
-// (each wait at most aheadWait; one that is not known then is given up).
-func (z *zygote) aheadPIDs() []int {
+// spares reports whether a sweep must spare pid as a process forked ahead.
+// One the zygote is still forking can be found before its pid is known
+// here: a child of the zygote found while a fork ahead is pending is
+// waited for (each at most aheadWait), then judged. (A program can make a
+// child of the zygote, with CLONE_PARENT; it is not one of these.)
+func (z *zygote) spares(pid int) bool {
 	z.mu.Lock()
-	aheads := slices.Clone(z.aheads)
+	known, pending, zygote := false, []*ahead(nil), z.pid
+	for _, a := range z.aheads {
+		switch a.pid {
+		case pid:
+			known = true
+		case 0:
+			pending = append(pending, a)
+		}
+	}
 	z.mu.Unlock()
-	var pids []int
-	for _, a := range aheads {
+	if known || len(pending) == 0 || zygote == 0 || parentPID(pid) != zygote {
+		return known
+	}
+	for _, a := range pending {
 		select {
 		case <-a.known:
 		case <-time.After(aheadWait):
 		}
-		z.mu.Lock()
-		pid := a.pid
-		if pid == 0 && slices.Contains(z.aheads, a) {
-			z.aheads = slices.DeleteFunc(z.aheads, func(b *ahead) bool { return b == a })
-			close(a.known)
-			a.close()
-		}
-		z.mu.Unlock()
-		if pid > 0 {
-			pids = append(pids, pid)
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, a := range z.aheads {
+		if a.pid == pid {
+			return true
 		}
 	}
-	return pids
+	return false
+}
+
+// parentPID returns the parent of process pid, or 0 if it cannot be read.
+func parentPID(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The state and the parent follow the command name, which ends at the
+	// last ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // aheadWait bounds the wait for the pid of a process being forked ahead,
@@ -605,13 +631,12 @@ func (z *zygote) hand(a *ahead, req []byte) (handed, forking bool) {
 		_ = syscall.Kill(a.pid, syscall.SIGCONT)
 		_, err = a.sock.Write(req)
 	}
-	a.sock.Close()
 	if err != nil {
 		delete(z.exits, a.pid)
-		closeAll(a.stdinW, a.outR, a.errR)
+		a.close()
 		return false, false
 	}
-	return true, false
+	return true, false // its socket stays open for its exit code (wait)
 }
 
 // ahead is a program's process forked ahead of its run, with the run's
@@ -644,6 +669,101 @@ func newAhead() (*ahead, []*os.File, error) {
 }
 
 func (a *ahead) close() { closeAll(a.sock, a.stdinW, a.outR, a.errR) }
+
+// wait returns the wait status of a's process, handed a program: the exit
+// code the process sends on its socket as its last step, once it has
+// exited, or else the status the zygote reaps (the process was killed, or
+// a program ended it otherwise). Its socket is closed then.
+//
+// The code is the program's own to choose either way; what the agent
+// takes from the process alone is only sooner: under gVisor the zygote's
+// wake-up, reaping and message, and the agent's wake-up for it, cost 1 ms
+// and more (the zygote may be forking the next process ahead then).
+func (a *ahead) wait() syscall.WaitStatus {
+	defer a.sock.Close()
+	reported := make(chan int, 1)
+	go func() {
+		if code, ok := readExitCode(a.sock); ok {
+			reported <- code
+		}
+	}()
+	select {
+	case ws := <-a.exit:
+		return ws
+	case code := <-reported:
+		return awaitExit(a.pid, a.exit, syscall.WaitStatus(code<<8))
+	}
+}
+
+// readExitCode reads {"exit": code} from a process's socket: as untrusted
+// as anything a program could write there.
+func readExitCode(sock *os.File) (int, bool) {
+	buf := make([]byte, 64)
+	n, err := sock.Read(buf)
+	if err != nil {
+		return 0, false
+	}
+	var m struct {
+		Exit *int `json:"exit"`
+	}
+	if json.Unmarshal(buf[:n], &m) != nil || m.Exit == nil || *m.Exit < 0 || *m.Exit > 255 {
+		return 0, false
+	}
+	return *m.Exit, true
+}
+
+// awaitExit waits until process pid has exited and returns ws, or the
+// zygote's status for it (reaped) if that comes first.
+func awaitExit(pid int, reaped <-chan syscall.WaitStatus, ws syscall.WaitStatus) syscall.WaitStatus {
+	exited := make(chan struct{})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		if waitExited(pid, stop) {
+			close(exited)
+		}
+	}()
+	select {
+	case zs := <-reaped:
+		return zs
+	case <-exited:
+		return ws
+	}
+}
+
+// waitExited waits until pid has exited (a zombie, or gone) or stop is
+// closed, and reports which. It waits on a pidfd, through the runtime's
+// poller, where the kernel has them and can poll them, else scans
+// /proc/<pid>/stat, a little later each time.
+func waitExited(pid int, stop <-chan struct{}) bool {
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		go func() { <-stop; f.Close() }()
+		if rc, err := f.SyscallConn(); err == nil {
+			err = rc.Read(func(fd uintptr) bool {
+				n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+				return n > 0
+			})
+			if err == nil {
+				return true
+			}
+			select {
+			case <-stop:
+				return false
+			default: // not pollable here
+			}
+		}
+	}
+	for pause := 50 * time.Microsecond; alive(pid); pause = min(2*pause, 500*time.Microsecond) {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(pause):
+		}
+	}
+	return true
+}
 
 // processID returns the zygote's pid, which a sweep must spare (0 if none).
 func (z *zygote) processID() int {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -386,6 +387,146 @@ print(os.getpid(), others)`
 	cell := runOnce(t, c, Run{KeepState: true, Code: probe}, "")
 	if !strings.HasSuffix(cell.stdout, " []\n") {
 		t.Errorf("a kept-state cell found %q", cell.stdout)
+	}
+}
+
+// TestZygoteExitReport: a process forked ahead tells the agent its exit
+// code itself; the agent takes it only once the process has exited, and
+// the zygote's status where the process sent none it can read (a signal,
+// os._exit, garbage). A code a program forges on that socket is its own
+// exit code to choose (taken, or the one it exits with, whichever the
+// agent has first): its run still lasts until the process ends.
+func TestZygoteExitReport(t *testing.T) {
+	c := startPythonAgent(t)
+	// forge writes msg on the process's socket to the agent.
+	forge := func(msg string) string {
+		return fmt.Sprintf(`import os, stat
+for f in os.listdir('/proc/self/fd'):
+    try:
+        if int(f) > 2 and stat.S_ISSOCK(os.fstat(int(f)).st_mode):
+            os.write(int(f), b%q)
+    except OSError:
+        pass
+`, msg)
+	}
+	tests := []struct {
+		name, code       string
+		wantOut          string
+		wantCode, signal int
+		orCodes          []int // others it may end with
+		atLeast          time.Duration
+	}{
+		{name: "reported", code: "import sys\nsys.exit(3)", wantCode: 3},
+		{name: "exception", code: "raise ValueError()", wantCode: 1},
+		{name: "signal", code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", wantCode: -1, signal: 9},
+		{name: "os._exit", code: "import os\nos._exit(5)", wantCode: 5},
+		{name: "garbage", code: forge("nonsense") + "raise SystemExit(4)", wantCode: 4},
+		{name: "out of range", code: forge(`{"exit": 999}`) + "raise SystemExit(4)", wantCode: 4},
+		{name: "forged, then runs on", code: forge(`{"exit": 7}`) + "import time\ntime.sleep(0.3)\nprint('after')",
+			wantOut: "after\n", wantCode: 7, orCodes: []int{0}, atLeast: 300 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			o := runOnce(t, c, Run{Code: tt.code}, "")
+			took := time.Since(start)
+			code := o.exit.ExitCode
+			if o.failed != "" || (code != tt.wantCode && !slices.Contains(tt.orCodes, code)) || o.exit.Signal != tt.signal || o.stdout != tt.wantOut {
+				t.Errorf("got %+v; want exit %d, signal %d, stdout %q", o, tt.wantCode, tt.signal, tt.wantOut)
+			}
+			if took < tt.atLeast {
+				t.Errorf("the run took %v; its process ran %v", took, tt.atLeast)
+			}
+		})
+	}
+}
+
+// TestZygoteSpares: a sweep spares the processes forked ahead, waiting
+// for those being forked, and nothing else: neither another child of the
+// zygote (a program makes one with CLONE_PARENT) nor any other process.
+func TestZygoteSpares(t *testing.T) {
+	clone, ok := map[string]int{"amd64": 56, "arm64": 220}[runtime.GOARCH]
+	if !ok {
+		t.Fatalf("no clone system call number for %s", runtime.GOARCH)
+	}
+	_, z, env := newTestZygote(t)
+	known := func() []int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			z.mu.Lock()
+			var pids []int
+			for _, a := range z.aheads {
+				if a.pid > 0 {
+					pids = append(pids, a.pid)
+				}
+			}
+			z.mu.Unlock()
+			if len(pids) == aheadDepth {
+				return pids
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("processes forked ahead: %v", pids)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, pid := range known() {
+		if !z.spares(pid) {
+			t.Errorf("a sweep would kill %d, forked ahead", pid)
+		}
+	}
+	// A program makes a child of the zygote that is not one of them.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "main.py")
+	code := fmt.Sprintf(`import ctypes, os, time
+pid = ctypes.CDLL(None).syscall(%d, 0x8000 | 17, 0, 0, 0, 0)  # CLONE_PARENT | SIGCHLD
+if pid == 0:
+    time.sleep(30)
+    os._exit(0)
+print(pid, flush=True)
+`, clone)
+	if err := os.WriteFile(path, []byte(code), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	f, err := z.fork(forkRequest{Path: path, Dir: dir, Env: env}, []*os.File{null, outW, os.Stderr})
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-f.exit
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	outR.Close()
+	sibling, _ := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || sibling <= 0 {
+		t.Fatalf("the program printed %q: %v", line, err)
+	}
+	defer syscall.Kill(sibling, syscall.SIGKILL)
+	if got := parentPID(sibling); got != z.processID() {
+		t.Fatalf("the sibling's parent is %d; want the zygote, %d", got, z.processID())
+	}
+	// Found while forks ahead are pending, it is judged once they are known.
+	z.endAhead()
+	z.forkAhead()
+	if z.spares(sibling) {
+		t.Error("a sweep would spare the zygote's child a program made")
+	}
+	if z.spares(os.Getpid()) || z.spares(z.processID()) {
+		t.Error("a sweep would spare a process not forked ahead")
+	}
+	for _, pid := range known() {
+		if !z.spares(pid) {
+			t.Errorf("a sweep would kill %d, forked ahead", pid)
+		}
 	}
 }
 

@@ -27,14 +27,17 @@ SOCK_SEQPACKET socket and the next program's stdin, stdout and stderr.
 The zygote forks that program's process ahead of its run and answers
 {"ahead": pid, "seq"}, then {"exit"} when it ends; the process waits on the
 socket for the run's request ({"path", "env", "cwd"}), which the agent
-sends it directly, and goes on as a child forked for it would. A fork of
-this process costs ~6 ms under gVisor, 27 with pandas imported, where it
-costs 0.3 and 2 under runc; so it leaves the run's time. It is forked
-while no program runs, is not dumpable until it becomes the program (as
-the zygote), and ignores every signal a program could end or interrupt it
-with while it waits; before a program that does not take it (a kept
-interpreter's cell, one under filesystem rules, the first after a preload
-made it stale) the agent kills it, so that no program finds it.
+sends it directly, goes on as a child forked for it would, and sends
+{"exit": code} on the socket as its last step. A fork of this process
+costs ~6 ms under gVisor, 27 with pandas imported, where it costs 0.3 and
+2 under runc; so it leaves the run's time. The agent keeps two forked
+ahead: the zygote forks them while no program runs (the second may finish
+while one does), they are not dumpable until they become the program (as
+the zygote), and they block every signal a program could end or
+interrupt them with while they wait, and drop those that came; before a
+program that does not take one (a kept interpreter's cell, one under
+filesystem rules, the first after a preload made them stale) the agent
+kills them, so that no such program finds them.
 
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
@@ -133,11 +136,12 @@ def program_signals():
     signal.set_wakeup_fd(-1)
 
 
-def child(req, fds=(), prepared=False):
+def child(req, fds=(), prepared=False, report=None):
     """Becomes the program, or a kernel, on fds: its stdin, stdout, stderr
     and, for a kernel, its socket. Prepared, waiting() has done what needs
-    no request: fds are 0, 1 and 2 already, the only ones, and the signals
-    are the program's. Never returns."""
+    no request: fds are 0, 1 and 2 already, the only ones besides report,
+    and the signals are the program's. report, if given, is told the exit
+    code just before the process exits. Never returns."""
     import atexit
     import builtins
     import random
@@ -196,6 +200,15 @@ def child(req, fds=(), prepared=False):
             stream.flush()
         except Exception:
             code = code or 120
+    if report is not None:
+        # The agent has the code without waiting for the zygote to reap
+        # this process and tell it (a wake-up of each, ~1 ms under gVisor,
+        # more while the zygote forks); it takes it once the process is
+        # gone, as it would the zygote's.
+        try:
+            report.send(b'{"exit": %d}' % code)
+        except OSError:
+            pass
     os._exit(code)
 
 
@@ -236,14 +249,15 @@ def waiting(sock, stdio):
         os._exit(70)
     if req is None:  # given up
         os._exit(0)
-    os.close(sock.detach())
+    # Kept for the exit code, by this process alone.
+    os.set_inheritable(sock.fileno(), False)
     # Ignoring a pending signal discards it.
     for sig in signal.sigpending():
         handler = signal.signal(sig, signal.SIG_IGN)
         if handler is not None:
             signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-    child(req, prepared=True)
+    child(req, prepared=True, report=sock)
 
 
 def add_user_site():
