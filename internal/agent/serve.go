@@ -667,7 +667,10 @@ func sweep(spare []int, spares func(int) bool) bool {
 		found := false
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == 1 || pid == self || slices.Contains(spare, pid) || !alive(pid) || (spares != nil && spares(pid)) {
+			// spares before alive: it spares the processes forked ahead
+			// without alive's read of /proc (0.1 ms each under gVisor), and
+			// reads /proc itself only while a fork ahead is pending.
+			if err != nil || pid == 1 || pid == self || slices.Contains(spare, pid) || (spares != nil && spares(pid)) || !alive(pid) {
 				continue
 			}
 			found = true
