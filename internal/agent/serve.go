@@ -688,18 +688,28 @@ func sweep(spare []int, spares func(int) bool) bool {
 
 // alive reports whether a process exists and is not a zombie.
 func alive(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// procStat reads process pid's state and parent from /proc; ok is false
+// when it cannot be read (the process is gone). Fields it cannot make out
+// are 0.
+func procStat(pid int) (state byte, ppid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return 0, 0, false
 	}
-	// The state follows the command name, which may hold anything but
-	// ends at the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return true
+	// The state and the parent follow the command name, which may hold
+	// anything but ends at the last ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) > 0 {
+		state = fields[0][0]
 	}
-	state := b[i+2]
-	return state != 'Z' && state != 'X'
+	if len(fields) > 1 {
+		ppid, _ = strconv.Atoi(fields[1])
+	}
+	return state, ppid, true
 }
 
 // DefaultLineWait is how long relay waits for the rest of a line:

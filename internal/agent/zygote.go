@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -540,7 +538,10 @@ func (z *zygote) spares(pid int) bool {
 		}
 	}
 	z.mu.Unlock()
-	if known || len(pending) == 0 || zygote == 0 || parentPID(pid) != zygote {
+	if known || len(pending) == 0 || zygote == 0 {
+		return known
+	}
+	if _, ppid, _ := procStat(pid); ppid != zygote {
 		return known
 	}
 	for _, a := range pending {
@@ -559,22 +560,6 @@ func (z *zygote) spares(pid int) bool {
 	return false
 }
 
-// parentPID returns the parent of process pid, or 0 if it cannot be read.
-func parentPID(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The state and the parent follow the command name, which ends at the
-	// last ')'.
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(fields[1])
-	return ppid
-}
-
 // aheadWait bounds the wait for the pid of a process being forked ahead,
 // and for its end.
 const aheadWait = time.Second
@@ -583,6 +568,12 @@ const aheadWait = time.Second
 // returns it running the program, or nil when there is none, the oldest
 // is not forked yet, or all died (the run then forks the ordinary way).
 func (z *zygote) handAhead(fr forkRequest) *ahead {
+	z.mu.Lock()
+	none := len(z.aheads) == 0
+	z.mu.Unlock()
+	if none {
+		return nil // before encoding fr, which fork would encode again
+	}
 	req, err := fr.encode()
 	if err != nil {
 		return nil

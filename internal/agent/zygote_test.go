@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -179,14 +178,9 @@ func newTestZygote(t *testing.T) (tmpl, z *zygote, env []string) {
 // parentOf reads a process's parent from /proc.
 func parentOf(t *testing.T, pid int) int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	ppid, err := strconv.Atoi(fields[1])
-	if err != nil {
-		t.Fatal(err)
+	_, ppid, ok := procStat(pid)
+	if !ok || ppid == 0 {
+		t.Fatalf("no parent of %d", pid)
 	}
 	return ppid
 }
@@ -511,7 +505,7 @@ print(pid, flush=True)
 		t.Fatalf("the program printed %q: %v", line, err)
 	}
 	defer syscall.Kill(sibling, syscall.SIGKILL)
-	if got := parentPID(sibling); got != z.processID() {
+	if got := parentOf(t, sibling); got != z.processID() {
 		t.Fatalf("the sibling's parent is %d; want the zygote, %d", got, z.processID())
 	}
 	// Found while forks ahead are pending, it is judged once they are known.
@@ -543,12 +537,7 @@ func childrenOf(t *testing.T, pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && fields[0] != "Z" {
+		if state, ppid, ok := procStat(p); ok && ppid == pid && state != 'Z' {
 			kids = append(kids, p)
 		}
 	}
