@@ -195,6 +195,32 @@ func SequentialArgs(ctx context.Context, cs *mcp.ClientSession, args map[string]
 	return latency, queue, nil
 }
 
+// Paced runs code n times in conversation cid as Sequential does, with a
+// pause after each run, as a client makes that reads a result before its
+// next call, and returns each run's latency. Back to back, a run can find
+// its sandbox still making ready for it (under gVisor a run's housekeeping
+// — its process's exit, the next one's fork — outlasts a client's round
+// trip); paced, it finds the sandbox ready.
+func Paced(ctx context.Context, cs *mcp.ClientSession, cid, language, code string, pause time.Duration, warmup, n int) ([]time.Duration, error) {
+	args := map[string]any{"language": language, "code": code, "conversationId": cid}
+	var latency []time.Duration
+	for i := range warmup + n {
+		start := time.Now()
+		if _, err := RunCode(ctx, cs, args, nil); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			latency = append(latency, time.Since(start))
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return latency, nil
+}
+
 // FirstOutput measures how long after a program prints its first line the
 // client receives it as a progress notification: the program prints the
 // time, then lingers.
