@@ -131,7 +131,10 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 		}
 		res := e.run(runCtx, id, spec, log, onStart)
 		stopIdle()
-		stopWatch()
+		if stopWatch() && res.failure == nil && (res.status == runbox.StatusSucceeded || res.status == runbox.StatusFailed) {
+			log.Warn("run ended past the quota")
+			res.atQuota(e.folders.Quota(), false, time.Now())
+		}
 		e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
 		finished <- e.finish(id, spec.ConversationID, res, log)
 	})
@@ -174,6 +177,19 @@ type runState struct {
 	status  runbox.Status
 	events  []runbox.Event
 	failure error // a service error, logged
+}
+
+// atQuota makes st the result of a run whose files went past the quota:
+// stopped there, or (walk mode) found past it once it had ended.
+func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
+	msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes", quota)
+	if stopped {
+		msg += "; the program was stopped"
+	}
+	st.status = runbox.StatusError
+	st.result.Success = false
+	st.result.Error = msg
+	st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
 }
 
 // run runs a claimed run to its end; onStart, if set, is called once its
@@ -296,11 +312,8 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case oc.Cancelled:
 		cause := context.Cause(ctx)
 		if errors.Is(cause, errQuota) {
-			msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes; the program was stopped", e.folders.Quota())
 			log.Warn("run stopped at the quota")
-			st.status = runbox.StatusError
-			st.result.Error = msg
-			st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
+			st.atQuota(e.folders.Quota(), true, now)
 			return st
 		}
 		if errors.Is(cause, errIdle) {
@@ -434,8 +447,13 @@ const quotaCheckInterval = 250 * time.Millisecond
 
 // watchQuota stops the run when its conversation's files reach the
 // quota. With loop-mounted images the kernel already refuses the writes;
-// this ends the run and says why.
-func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.CancelCauseFunc) (stop func()) {
+// this ends the run and says why. Measured every quotaCheckInterval, a
+// run can write past the quota and end between two measurements: stop
+// ends the watch and, where the quota is the walk's, measures once more,
+// reporting whether the run's files went past it and it was not stopped
+// for that already.
+func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.CancelCauseFunc) (stop func() (over bool)) {
+	runCtx := ctx
 	ctx, stopCtx := context.WithCancel(ctx)
 	done := make(chan struct{})
 	// A conversation already at its quota may still run programs (to
@@ -443,17 +461,24 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	start, _, _ := e.folders.Usage(cid)
 	// A full filesystem keeps a few blocks it will not give out.
 	slack := max(64<<10, e.folders.Quota()/1000)
+	past := func() bool {
+		used, free, err := e.folders.Usage(cid)
+		return err == nil && used > start && (free <= slack || used > e.folders.Quota())
+	}
 	go func() {
 		defer close(done)
 		lifecycle.Every(e.cfg.Clock, quotaCheckInterval, func(context.Context) {
-			used, free, err := e.folders.Usage(cid)
-			if err == nil && used > start && (free <= slack || used > e.folders.Quota()) {
+			if past() {
 				cancel(errQuota)
 				stopCtx()
 			}
 		})(ctx)
 	}()
-	return func() { stopCtx(); <-done }
+	return func() bool {
+		stopCtx()
+		<-done
+		return !e.folders.HardQuota() && !errors.Is(context.Cause(runCtx), errQuota) && past()
+	}
 }
 
 // finish records the result and the final events, and enqueues the
