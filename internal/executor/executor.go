@@ -248,7 +248,15 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.background.Stop()
 		return err
 	}
-	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners))
+	quota := "walk"
+	if e.folders.HardQuota() {
+		quota = "loop"
+	}
+	e.log.Info("executor started", "concurrency", e.cfg.Concurrency, "runners", languages(runners), "quota", quota)
+	if err := e.folders.QuotaFallback(); err != nil {
+		// An operator who expects the kernel to hold quotas learns why it does not.
+		e.log.Warn("quotas are measured, not loop-mounted (SANDBOX_QUOTA_MODE=auto)", "reason", err)
+	}
 	return nil
 }
 

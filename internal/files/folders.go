@@ -41,6 +41,7 @@ type Folders struct {
 	uid, gid int
 	quota    int64
 	space    space
+	fallback error // why auto mode walks (QuotaFallback)
 }
 
 // Options configure Folders.
@@ -60,12 +61,16 @@ func NewFolders(root string, opts Options) (*Folders, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("create sandbox root: %w", err)
 	}
-	sp, err := newSpace(opts.Mode, root, opts.Quota, opts.Files, opts.UID, opts.GID)
+	sp, fallback, err := newSpace(opts.Mode, root, opts.Quota, opts.Files, opts.UID, opts.GID)
 	if err != nil {
 		return nil, err
 	}
-	return &Folders{root: root, uid: opts.UID, gid: opts.GID, quota: opts.Quota, space: sp}, nil
+	return &Folders{root: root, uid: opts.UID, gid: opts.GID, quota: opts.Quota, space: sp, fallback: fallback}, nil
 }
+
+// QuotaFallback returns why the auto quota mode measures folders rather
+// than mounting images (nil where it mounts them, or the mode was set).
+func (f *Folders) QuotaFallback() error { return f.fallback }
 
 // Root returns the folder all conversations live under.
 func (f *Folders) Root() string { return f.root }

@@ -51,23 +51,24 @@ const (
 	QuotaWalk QuotaMode = "walk"
 )
 
-// newSpace picks the space for mode, probing the host in auto mode.
-func newSpace(mode QuotaMode, root string, quota int64, files, uid, gid int) (space, error) {
+// newSpace picks the space for mode, probing the host in auto mode; where
+// auto mode falls back to walking, why loop-mounted images would not do.
+func newSpace(mode QuotaMode, root string, quota int64, files, uid, gid int) (_ space, fallback, _ error) {
 	walk := walkSpace{quota: quota, files: files, uid: uid, gid: gid}
 	loop := loopSpace{quota: quota, uid: uid, gid: gid, walk: walk}
 	switch mode {
 	case QuotaWalk:
-		return walk, nil
+		return walk, nil, nil
 	case QuotaLoop:
 		if err := loop.probe(root); err != nil {
-			return nil, fmt.Errorf("loop-mounted quotas are not available here: %w", err)
+			return nil, nil, fmt.Errorf("loop-mounted quotas are not available here: %w", err)
 		}
-		return loop, nil
+		return loop, nil, nil
 	default:
-		if loop.probe(root) != nil {
-			return walk, nil
+		if err := loop.probe(root); err != nil {
+			return walk, err, nil
 		}
-		return loop, nil
+		return loop, nil, nil
 	}
 }
 
