@@ -195,9 +195,9 @@ func SequentialArgs(ctx context.Context, cs *mcp.ClientSession, args map[string]
 	return latency, queue, nil
 }
 
-// Paced runs code n times in conversation cid as Sequential does, with a
-// pause after each run, as a client makes that reads a result before its
-// next call, and returns each run's latency. Back to back, a run can find
+// Paced runs code n times in conversation cid as Sequential does, but
+// with a pause after each run, as a client that reads each result before
+// its next call runs them, and returns each run's latency. Back to back, a run can find
 // its sandbox still making ready for it (under gVisor a run's housekeeping
 // — its process's exit, the next one's fork — outlasts a client's round
 // trip); paced, it finds the sandbox ready.
