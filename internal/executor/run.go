@@ -448,10 +448,11 @@ const quotaCheckInterval = 250 * time.Millisecond
 // watchQuota stops the run when its conversation's files reach the
 // quota. With loop-mounted images the kernel already refuses the writes;
 // this ends the run and says why. Measured every quotaCheckInterval, a
-// run can write past the quota and end between two measurements: stop
-// ends the watch and, where the quota is the walk's, measures once more,
-// reporting whether the run's files went past it and it was not stopped
-// for that already.
+// run can reach the quota and end between two measurements (a fast
+// install of many small files does): stop ends the watch and measures
+// once more, reporting whether the run's files reached it and it was not
+// stopped for that already, so that a run's outcome never depends on
+// whether a measurement fell within it.
 func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.CancelCauseFunc) (stop func() (over bool)) {
 	runCtx := ctx
 	ctx, stopCtx := context.WithCancel(ctx)
@@ -477,7 +478,7 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	return func() bool {
 		stopCtx()
 		<-done
-		return !e.folders.HardQuota() && !errors.Is(context.Cause(runCtx), errQuota) && past()
+		return !errors.Is(context.Cause(runCtx), errQuota) && past()
 	}
 }
 
