@@ -180,7 +180,7 @@ type runState struct {
 }
 
 // atQuota makes st the result of a run whose files went past the quota:
-// stopped there, or (walk mode) found past it once it had ended.
+// stopped there, or found at it once it had ended (watchQuota).
 func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
 	msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes", quota)
 	if stopped {
