@@ -29,6 +29,9 @@
 #                       need here; without it a warm run took ~1 ms less
 #                       and a sandbox 10 % less CPU a run (docs/performance.md)
 #
+# It also lets gVisor back sandboxes' memory with huge pages
+# (deploy/hugepages.sh; RUNSC_HOST_THP=keep leaves the host as it is).
+#
 # Usage: deploy/runsc.sh   (GO names the go command; go by default)
 set -eu
 GO=${GO:-go}
@@ -76,6 +79,8 @@ if [ -n "$need" ]; then
   echo "runsc: installing$need" >&2
   apt_install "$need"
 fi
+[ "${RUNSC_HOST_THP:-}" = keep ] || "$(dirname "$0")/hugepages.sh"
+
 if registered; then
   exit 0
 fi
