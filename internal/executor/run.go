@@ -449,10 +449,12 @@ const quotaCheckInterval = 250 * time.Millisecond
 // quota. With loop-mounted images the kernel already refuses the writes;
 // this ends the run and says why. Measured every quotaCheckInterval, a
 // run can reach the quota and end between two measurements (a fast
-// install of many small files does): stop ends the watch and measures
-// once more, reporting whether the run's files reached it and it was not
-// stopped for that already, so that a run's outcome never depends on
-// whether a measurement fell within it.
+// install of many small files does), or a measurement can find it there
+// just after its program ended, too late to stop it: stop ends the watch
+// and reports whether the run's files reached the quota (found by a
+// measurement, or by one more now), so that a run's outcome never depends
+// on when a measurement fell. A run stopped for it is reported so already
+// (run); the caller reports the others.
 func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.CancelCauseFunc) (stop func() (over bool)) {
 	runCtx := ctx
 	ctx, stopCtx := context.WithCancel(ctx)
@@ -478,7 +480,7 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	return func() bool {
 		stopCtx()
 		<-done
-		return !errors.Is(context.Cause(runCtx), errQuota) && past()
+		return errors.Is(context.Cause(runCtx), errQuota) || past()
 	}
 }
 
