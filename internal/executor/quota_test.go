@@ -1,0 +1,81 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/sandbox"
+)
+
+// TestWatchQuota: the watch's stop reports a run whose files went past the
+// quota whenever a measurement found it there — before the run ended, or
+// only the last one as it ends — and never a run that did not add to a
+// conversation already at its quota. (In walk mode a measurement stops
+// counting at the quota, so what a run adds to a conversation already past
+// it is not seen: loop mode's images refuse it.)
+func TestWatchQuota(t *testing.T) {
+	const quota = 8 << 20
+	tests := []struct {
+		name           string
+		before, during int64 // bytes written before the watch and while it runs
+		tick           bool  // a measurement falls while the run's files are past the quota
+		want           bool
+	}{
+		{name: "within the quota", during: 4 << 20},
+		{name: "past it, no measurement in the run", during: 12 << 20, want: true},
+		{name: "past it, found by a measurement after the program ended", during: 12 << 20, tick: true, want: true},
+		{name: "at it already, nothing added", before: 12 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			folders, err := files.NewFolders(t.TempDir(), files.Options{UID: sandbox.UID, GID: sandbox.GID,
+				Quota: quota, Files: 1000, Mode: files.QuotaWalk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const cid = "conv"
+			dir, err := folders.Ensure(cid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(name string, n int64) {
+				if n > 0 {
+					if err := os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			write("before", tt.before)
+			clock := clockwork.NewFakeClock()
+			e := &Executor{cfg: Config{Clock: clock}, folders: folders}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			stop := e.watchQuota(ctx, cid, cancel)
+			write("during", tt.during)
+			if tt.tick {
+				if err := clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				clock.Advance(quotaCheckInterval)
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the measurement did not stop the run")
+				}
+				if !errors.Is(context.Cause(ctx), errQuota) {
+					t.Fatalf("stopped for %v", context.Cause(ctx))
+				}
+			}
+			if got := stop(); got != tt.want {
+				t.Errorf("stop() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
