@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -218,33 +219,59 @@ func TestMCP(t *testing.T) {
 		var mu sync.Mutex
 		var got []string
 		var times []time.Time
-		cs := s.session(&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, req.Params.Message)
-			times = append(times, time.Now())
-		}})
+		tap := &wireTap{}
+		c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "1"}, &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, req.Params.Message)
+				times = append(times, time.Now())
+			}})
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+			Endpoint: s.url + "/mcp", HTTPClient: &http.Client{Transport: tap.wrap(bearer{Token: token})},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
 		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python",
 			"code": "import time, sys\nprint('first', flush=True)\ntime.sleep(2)\nprint('second', file=sys.stderr)"}}
 		params.SetProgressToken("tok-1")
+		before := len(tap.messages()) // the session's own
 		res, err := cs.CallTool(context.Background(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
 		returned := time.Now()
+		if res.IsError {
+			t.Error(text(res))
+		}
+		// On the wire, the result follows every notification.
+		if order := tap.messages()[before:]; strings.Join(order, "|") != "first\n|second\n|result" {
+			t.Errorf("the call's stream carried %q, want its output's notifications, then the result", order)
+		}
+		// The SDK's client hands notifications to their handler on a
+		// goroutine of its own, so the last may reach it just after
+		// CallTool returns.
+		var joined string
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			joined = strings.Join(got, "")
+			mu.Unlock()
+			if joined == "first\nsecond\n" || time.Now().After(deadline) {
+				break
+			}
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if strings.Join(got, "") != "first\nsecond\n" {
+		if joined != "first\nsecond\n" {
 			t.Fatalf("progress messages %q", got)
 		}
-		if times[1].After(returned) {
-			t.Error("a notification arrived after the result")
+		if times[0].After(returned) {
+			t.Error("the first output arrived after the result, not as it was produced")
 		}
 		if gap := times[1].Sub(times[0]); gap < 1500*time.Millisecond {
 			t.Errorf("output arrived %v apart, want it as produced (about 2s)", gap)
-		}
-		if res.IsError {
-			t.Error(text(res))
 		}
 	})
 
@@ -785,3 +812,72 @@ func TestPoolForNewConversations(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(s.containerIDs(ex)) == 3 })
 }
+
+// wireTap records, in the order the client reads them off the wire, the
+// messages of the event streams its transport carries: each progress
+// notification's message (heartbeats, which carry none, left out) and
+// "result" for a response.
+type wireTap struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *wireTap) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(r)
+		if err == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			pr, pw := io.Pipe()
+			body := resp.Body
+			resp.Body = pr
+			go func() {
+				// Each line is recorded before the client can read it.
+				defer body.Close()
+				sc := bufio.NewScanner(body)
+				sc.Buffer(nil, 1<<20)
+				for sc.Scan() {
+					w.line(sc.Text())
+					if _, err := pw.Write(append(sc.Bytes(), '\n')); err != nil {
+						return
+					}
+				}
+				pw.CloseWithError(sc.Err())
+			}()
+		}
+		return resp, err
+	})
+}
+
+func (w *wireTap) line(line string) {
+	data, ok := strings.CutPrefix(line, "data:")
+	if !ok {
+		return
+	}
+	var msg struct {
+		ID     any    `json:"id"`
+		Method string `json:"method"`
+		Params struct {
+			Message string `json:"message"`
+		} `json:"params"`
+	}
+	if json.Unmarshal([]byte(data), &msg) != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case msg.Method == "" && msg.ID != nil:
+		w.seen = append(w.seen, "result")
+	case msg.Method == "notifications/progress" && msg.Params.Message != "":
+		w.seen = append(w.seen, msg.Params.Message)
+	}
+}
+
+func (w *wireTap) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
