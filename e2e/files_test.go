@@ -317,7 +317,7 @@ func TestCloseSessionEndsRuns(t *testing.T) {
 // executor's next measurement of its folder (every 250 ms) is reported at
 // the quota all the same, in both modes (walk: nothing refuses the
 // writes; loop: the program sees ENOSPC, or the image fills without it);
-// a next run that frees space runs.
+// so is a next run that adds to it; a run that frees space runs.
 func TestQuotaBurst(t *testing.T) {
 	for _, mode := range []string{"walk", "loop"} {
 		t.Run(mode, func(t *testing.T) {
@@ -325,12 +325,21 @@ func TestQuotaBurst(t *testing.T) {
 			cs := s.session(nil)
 			r := runCode(t, cs, map[string]any{"language": "python", "conversationId": "burst",
 				"code": "for i in range(3):\n    open(f'part{i}.bin', 'wb').write(b'x' * (4 << 20))"})
-			atQuota := strings.Contains(r.Error, "quota of 8388608 bytes") || mode == "loop" && strings.Contains(r.Stderr, "No space left on device")
-			if r.Success || !atQuota {
+			atQuota := func(r result) bool {
+				return strings.Contains(r.Error, "quota of 8388608 bytes") || mode == "loop" && strings.Contains(r.Stderr, "No space left on device")
+			}
+			if r.Success || !atQuota(r) {
 				t.Errorf("12 MB written at once in an 8 MB quota, in files of 4 MB: %+v", r)
 			}
+			// What a run adds to a conversation already at (in walk mode,
+			// past) its quota is seen and stopped too.
 			r = runCode(t, cs, map[string]any{"language": "python", "conversationId": "burst",
-				"code": "import glob, os\nfor f in glob.glob('part*.bin'):\n    os.remove(f)\nprint('freed')"})
+				"code": "import time\nopen('more.bin', 'wb').write(b'x' * (4 << 20))\ntime.sleep(1)"})
+			if r.Success || !atQuota(r) {
+				t.Errorf("4 MB more in a conversation at its quota: %+v", r)
+			}
+			r = runCode(t, cs, map[string]any{"language": "python", "conversationId": "burst",
+				"code": "import glob, os\nfor f in glob.glob('*.bin'):\n    os.remove(f)\nprint('freed')"})
 			if !r.Success || r.Stdout != "freed\n" {
 				t.Errorf("the run that frees it: %+v", r)
 			}

@@ -16,10 +16,8 @@ import (
 
 // TestWatchQuota: the watch's stop reports a run whose files went past the
 // quota whenever a measurement found it there — before the run ended, or
-// only the last one as it ends — and never a run that did not add to a
-// conversation already at its quota. (In walk mode a measurement stops
-// counting at the quota, so what a run adds to a conversation already past
-// it is not seen: loop mode's images refuse it.)
+// only the last one as it ends — and a run that added to a conversation
+// already past it, never one that did not add to it.
 func TestWatchQuota(t *testing.T) {
 	const quota = 8 << 20
 	tests := []struct {
@@ -31,7 +29,8 @@ func TestWatchQuota(t *testing.T) {
 		{name: "within the quota", during: 4 << 20},
 		{name: "past it, no measurement in the run", during: 12 << 20, want: true},
 		{name: "past it, found by a measurement after the program ended", during: 12 << 20, tick: true, want: true},
-		{name: "at it already, nothing added", before: 12 << 20},
+		{name: "past it already, nothing added", before: 12 << 20},
+		{name: "past it already, more added", before: 12 << 20, during: 4 << 20, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

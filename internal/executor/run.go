@@ -466,6 +466,10 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	slack := max(64<<10, e.folders.Quota()/1000)
 	past := func() bool {
 		used, free, err := e.folders.Usage(cid)
+		if errors.Is(err, files.ErrUnmeasurable) {
+			// What the run adds cannot be told from nothing.
+			return true
+		}
 		return err == nil && used > start && (free <= slack || used > e.folders.Quota())
 	}
 	go func() {

@@ -1,6 +1,7 @@
 package files
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"io/fs"
@@ -424,41 +425,48 @@ func TestSlots(t *testing.T) {
 	}
 }
 
-// TestWalkBounded: walk mode counts every entry (empty files included) and
-// stops, reporting the folder full, past the entry limit or the quota.
+// TestWalkBounded: walk mode counts every entry (empty files included)
+// and every byte, however far past the quota, so that what a run adds to a
+// conversation already past it shows; past the entry limit the folder is
+// full; a folder it cannot walk in time is unmeasurable.
 func TestWalkBounded(t *testing.T) {
+	const quota = 1 << 20
 	tests := []struct {
-		name  string
-		files int  // entries the limit allows
-		make  int  // empty files to create
-		full  bool // reported full
+		name    string
+		files   int           // entries the limit allows
+		make    int           // empty files to create
+		big     int64         // bytes of one more file
+		timeout time.Duration // of a measurement; 0 for walkTime
+		full    bool          // reported full
+		atLeast int64         // used is at least this
+		err     error
 	}{
-		{"within both", 100, 50, false},
-		{"past the entry limit", 100, 150, true},
-		{"empty files cost their inode", 0, 300, true}, // 300 × 4 KiB > 1 MiB
+		{name: "within both", files: 100, make: 50, atLeast: 50 * minEntryBytes},
+		{name: "past the entry limit", files: 100, make: 150, full: true, atLeast: 150 * minEntryBytes},
+		{name: "empty files cost their inode", make: 300, full: true, atLeast: 300 * minEntryBytes}, // 300 × 4 KiB > 1 MiB
+		{name: "counted past the quota", files: 100, make: 10, big: 3 * quota, full: true, atLeast: 3*quota + 10*minEntryBytes},
+		{name: "too slow to walk", files: 100, make: 10, timeout: time.Nanosecond, full: true, err: ErrUnmeasurable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			f, err := NewFolders(root, Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Files: tt.files, Mode: QuotaWalk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir, err := f.Ensure("c")
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir := t.TempDir()
 			for i := range tt.make {
 				if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			used, free, err := f.Usage("c")
-			if err != nil {
-				t.Fatal(err)
+			if tt.big > 0 {
+				if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, tt.big), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if full := free == 0 && used >= 1<<20; full != tt.full {
-				t.Errorf("used %d free %d: full = %v, want %v", used, free, full, tt.full)
+			w := walkSpace{quota: quota, files: tt.files, timeout: cmp.Or(tt.timeout, walkTime)}
+			used, free, err := w.usage(dir)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if full := free == 0; full != tt.full || used < tt.atLeast {
+				t.Errorf("used %d free %d: full = %v, want %v, used at least %d", used, free, full, tt.full, tt.atLeast)
 			}
 		})
 	}

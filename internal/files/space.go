@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // A conversation's files never exceed its quota. Two ways of holding them
@@ -54,7 +56,7 @@ const (
 // newSpace picks the space for mode, probing the host in auto mode; where
 // auto mode falls back to walking, why loop-mounted images would not do.
 func newSpace(mode QuotaMode, root string, quota int64, files, uid, gid int) (_ space, fallback, _ error) {
-	walk := walkSpace{quota: quota, files: files, uid: uid, gid: gid}
+	walk := walkSpace{quota: quota, files: files, uid: uid, gid: gid, timeout: walkTime}
 	loop := loopSpace{quota: quota, uid: uid, gid: gid, walk: walk}
 	switch mode {
 	case QuotaWalk:
@@ -76,12 +78,18 @@ type walkSpace struct {
 	quota    int64
 	files    int // most entries (files, folders, links) a conversation may hold
 	uid, gid int
+	timeout  time.Duration // bounds one measurement
 }
 
 // walkTime bounds one measurement of a folder. A folder that cannot be
-// measured in that time is reported full: a program must not make its
-// own quota check too slow to finish.
+// measured in that time is unmeasurable (ErrUnmeasurable): a program must
+// not make its own quota check too slow to finish.
 const walkTime = 10 * time.Second
+
+// ErrUnmeasurable: a folder in walk mode holds more than a measurement can
+// walk in walkTime. It counts as full, and a run in it is stopped: what it
+// adds could not be told from nothing.
+var ErrUnmeasurable = runbox.Errorf(runbox.EQuotaExceeded, "the conversation's folder holds too many files to measure; delete some")
 
 // minEntryBytes is what an entry counts for at least, whatever its size:
 // an empty file takes no block but an inode, and a million of them must
@@ -106,10 +114,11 @@ func (w walkSpace) prepare(_, filesDir string) error {
 	return nil
 }
 
-// usage walks the folder. The walk is bounded: past the quota in bytes,
-// past w.files entries, or past walkTime, it stops and reports the folder
-// full (used = quota), so that neither a huge tree nor a deep one buys a
-// program time over its quota.
+// usage walks the folder, counting every entry however far past the
+// quota: a conversation already past it (a run overshot, the quota was
+// lowered) must still show what a run adds. Past w.files entries the
+// folder has no room left; past w.timeout the walk gives up with
+// ErrUnmeasurable.
 func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 	root, err := os.OpenRoot(filesDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -119,19 +128,18 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 		return 0, 0, err
 	}
 	defer root.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), walkTime)
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	var used int64
-	entries, full := 0, false
+	entries := 0
 	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		entries++
-		if (w.files > 0 && entries > w.files) || ctx.Err() != nil {
-			full = true
-			return fs.SkipAll
+		if ctx.Err() != nil {
+			return ErrUnmeasurable
 		}
+		entries++
 		info, err := d.Info()
 		if err != nil {
 			return nil
@@ -143,16 +151,15 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 			size = max(st.Blocks*512, 0)
 		}
 		used += max(size, minEntryBytes)
-		if used > w.quota {
-			full = true
-			return fs.SkipAll
-		}
 		return nil
 	})
-	if full {
-		used = max(used, w.quota)
+	if err != nil {
+		return used, 0, err
 	}
-	return used, max(w.quota-used, 0), err
+	if w.files > 0 && entries > w.files {
+		return used, 0, nil
+	}
+	return used, max(w.quota-used, 0), nil
 }
 
 func (w walkSpace) release(string) error { return nil }
