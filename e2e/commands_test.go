@@ -210,10 +210,8 @@ func TestCommands(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("%v %s", err, text(res))
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if strings.Join(got, "") != "first\nsecond\n" {
-			t.Fatalf("progress messages %q", got)
+		if joined := waitJoined(&mu, &got, "first\nsecond\n"); joined != "first\nsecond\n" {
+			t.Fatalf("progress messages %q", joined)
 		}
 	})
 

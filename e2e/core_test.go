@@ -250,23 +250,11 @@ func TestMCP(t *testing.T) {
 		if order := tap.messages()[before:]; strings.Join(order, "|") != "first\n|second\n|result" {
 			t.Errorf("the call's stream carried %q, want its output's notifications, then the result", order)
 		}
-		// The SDK's client hands notifications to their handler on a
-		// goroutine of its own, so the last may reach it just after
-		// CallTool returns.
-		var joined string
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			mu.Lock()
-			joined = strings.Join(got, "")
-			mu.Unlock()
-			if joined == "first\nsecond\n" || time.Now().After(deadline) {
-				break
-			}
+		if joined := waitJoined(&mu, &got, "first\nsecond\n"); joined != "first\nsecond\n" {
+			t.Fatalf("progress messages %q", joined)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if joined != "first\nsecond\n" {
-			t.Fatalf("progress messages %q", got)
-		}
 		if times[0].After(returned) {
 			t.Error("the first output arrived after the result, not as it was produced")
 		}
@@ -811,6 +799,21 @@ func TestPoolForNewConversations(t *testing.T) {
 		t.Errorf("the second run went to %s", r2.Stdout)
 	}
 	waitFor(t, func() bool { return len(s.containerIDs(ex)) == 3 })
+}
+
+// waitJoined waits up to 5 s for the messages got collects (under mu) to
+// join to want, and returns what they join to: the SDK's client hands
+// notifications to their handler on a goroutine of its own, so the last
+// may reach it just after the call's result.
+func waitJoined(mu *sync.Mutex, got *[]string, want string) string {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		joined := strings.Join(*got, "")
+		mu.Unlock()
+		if joined == want || time.Now().After(deadline) {
+			return joined
+		}
+	}
 }
 
 // wireTap records, in the order the client reads them off the wire, the
