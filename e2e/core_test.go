@@ -134,8 +134,11 @@ func TestMCP(t *testing.T) {
 		start := time.Now()
 		r := runCode(t, cs, map[string]any{"language": "python", "timeout_seconds": 2, "conversationId": "endless",
 			"code": "print(open('/etc/hostname').read().strip(), flush=True)\nwhile True:\n    pass"})
-		if d := time.Since(start); d > 4*time.Second {
-			t.Errorf("timed-out run took %v", d)
+		// The program is stopped at its timeout; the call also waits for
+		// a sandbox and for the killed one's removal, slower on a loaded
+		// machine and under gVisor.
+		if r.DurationMS > 3500 || time.Since(start) > 20*time.Second {
+			t.Errorf("a 2 s timeout: the program ran %d ms, the call took %v", r.DurationMS, time.Since(start))
 		}
 		if !r.TimedOut || r.Success || r.ExitCode != -1 {
 			t.Errorf("result %+v, want timed_out", r)
@@ -222,6 +225,9 @@ func TestMCP(t *testing.T) {
 		tap := &wireTap{}
 		c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "1"}, &mcp.ClientOptions{
 			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+				if req.Params.Message == "" {
+					return // a heartbeat
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				got = append(got, req.Params.Message)
@@ -235,7 +241,7 @@ func TestMCP(t *testing.T) {
 		}
 		defer cs.Close()
 		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python",
-			"code": "import time, sys\nprint('first', flush=True)\ntime.sleep(2)\nprint('second', file=sys.stderr)"}}
+			"code": "import time, sys\nsys.stdout.write('first\\n')\nsys.stdout.flush()\ntime.sleep(2)\nsys.stderr.write('second\\n')"}}
 		params.SetProgressToken("tok-1")
 		before := len(tap.messages()) // the session's own
 		res, err := cs.CallTool(context.Background(), params)
@@ -246,8 +252,10 @@ func TestMCP(t *testing.T) {
 		if res.IsError {
 			t.Error(text(res))
 		}
-		// On the wire, the result follows every notification.
-		if order := tap.messages()[before:]; strings.Join(order, "|") != "first\n|second\n|result" {
+		// On the wire, the result follows every notification. (Each line is
+		// one write, so one notification; the test does not depend on it.)
+		if order := tap.messages()[before:]; len(order) == 0 || order[len(order)-1] != "result" ||
+			strings.Join(order[:len(order)-1], "") != "first\nsecond\n" {
 			t.Errorf("the call's stream carried %q, want its output's notifications, then the result", order)
 		}
 		if joined := waitJoined(&mu, &got, "first\nsecond\n"); joined != "first\nsecond\n" {
@@ -258,7 +266,8 @@ func TestMCP(t *testing.T) {
 		if times[0].After(returned) {
 			t.Error("the first output arrived after the result, not as it was produced")
 		}
-		if gap := times[1].Sub(times[0]); gap < 1500*time.Millisecond {
+		second := slices.IndexFunc(got, func(m string) bool { return strings.Contains(m, "second") })
+		if gap := times[second].Sub(times[0]); gap < 1500*time.Millisecond {
 			t.Errorf("output arrived %v apart, want it as produced (about 2s)", gap)
 		}
 	})
@@ -645,10 +654,12 @@ func TestExecutorShutdown(t *testing.T) {
 	s.request("POST", "/v1/runs", map[string]any{"language": "bash", "conversationId": "shut",
 		"code": "echo once >> marks; echo up; sleep 60"}, &acc)
 	ex := s.procs[0]
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(ex.out.String(), "run started") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	// The program is running (not only claimed: its sandbox may still be
+	// starting), and its "up" has had time to reach the executor.
+	waitFor(t, func() bool {
+		marks, _ := os.ReadFile(s.root + "/shut/files/marks")
+		return string(marks) == "once\n"
+	})
 	time.Sleep(500 * time.Millisecond)
 	sent := time.Now()
 	ex.cmd.Process.Signal(os.Interrupt)

@@ -203,6 +203,26 @@ func TestTenantsOwnership(t *testing.T) {
 func TestTenantsTiers(t *testing.T) {
 	s := tenants(t)
 	carol, alice := s.sessionAs(carolToken), s.sessionAs(aliceToken)
+	// A second api on the same Redis, started first: the limit frees a
+	// call every 12 s, and its start must not take that from the check
+	// below that it shares carol's count.
+	port := testenv.FreePort(t)
+	url2 := fmt.Sprintf("http://127.0.0.1:%d", port)
+	s.spawn("api2", bin.api, "MCP_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url2 + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("second api not ready")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// Five calls a minute: the sixth is refused, with when to retry;
 	// listing tools does not count.
@@ -248,23 +268,6 @@ func TestTenantsTiers(t *testing.T) {
 	}
 
 	// A second api on the same Redis shares the count.
-	port := testenv.FreePort(t)
-	url2 := fmt.Sprintf("http://127.0.0.1:%d", port)
-	s.spawn("api2", bin.api, "MCP_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url2 + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("second api not ready")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	carol2 := s.sessionAt(url2, carolToken)
 	if code, _ := toolErrorOf(call(t, carol2, "list_runners", nil, nil)); code != "rate_limited" {
 		t.Error("the second api did not share carol's count")

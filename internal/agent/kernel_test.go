@@ -48,17 +48,31 @@ func TestKernelKeepsState(t *testing.T) {
 // its kernel, and the next cell starts a new one.
 func TestKernelInterrupt(t *testing.T) {
 	c := startPythonAgent(t)
+	// interrupt runs code, which prints a line once it is where the
+	// interrupt must find it, and interrupts it then.
 	interrupt := func(code string) outcome {
 		t.Helper()
 		if err := c.Start(Run{Code: code, KeepState: true}); err != nil {
 			t.Fatal(err)
 		}
 		c.CloseStdin()
-		time.Sleep(500 * time.Millisecond)
+		var ready string
+		for !strings.Contains(ready, "\n") {
+			m, err := c.Recv()
+			if err != nil {
+				t.Fatalf("Recv: %v", err)
+			}
+			if m.Kind != Stdout {
+				t.Fatalf("before the cell was ready: %+v", m)
+			}
+			ready += string(m.Data)
+		}
 		if err := c.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		return collect(t, c)
+		o := collect(t, c)
+		o.stdout = ready + o.stdout
+		return o
 	}
 	if o := runOnce(t, c, Run{Code: "state = 'kept'", KeepState: true}, ""); o.exit.ExitCode != 0 {
 		t.Fatalf("define: %+v", o)
@@ -71,7 +85,7 @@ func TestKernelInterrupt(t *testing.T) {
 		t.Fatalf("after an interrupt: %+v", o)
 	}
 	begin := time.Now()
-	o = interrupt("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
+	o = interrupt("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ignoring', flush=True)\ntime.sleep(30)")
 	if !o.exit.StateLost {
 		t.Fatalf("a cell that ignores the interrupt: %+v", o)
 	}

@@ -63,15 +63,15 @@ func (c countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// gateServer serves h behind a body gate; read counts the bytes the
-// server has read from the network.
-func gateServer(t *testing.T, budget int64, limit int64, h http.HandlerFunc) (srv *httptest.Server, read *atomic.Int64) {
+// gateServer serves h behind a body gate, with the server's ReadTimeout
+// readTimeout; read counts the bytes the server has read from the network.
+func gateServer(t *testing.T, budget, limit int64, readTimeout time.Duration, h http.HandlerFunc) (srv *httptest.Server, read *atomic.Int64) {
 	t.Helper()
 	g := newBodyGate(budget, func(*http.Request) (int64, bool) { return limit, true })
 	srv = httptest.NewUnstartedServer(g.wrap(h))
 	read = new(atomic.Int64)
 	srv.Listener = countingListener{Listener: srv.Listener, read: read}
-	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Config.ReadTimeout = readTimeout
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, read
@@ -94,7 +94,7 @@ func TestBodyGateRefusesBeforeReading(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var handled atomic.Bool
-			srv, served := gateServer(t, 4*limit, limit, func(w http.ResponseWriter, r *http.Request) {
+			srv, served := gateServer(t, 4*limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
 				handled.Store(true)
 				_, err := io.ReadAll(r.Body)
 				if err != nil {
@@ -129,7 +129,7 @@ func TestBodyGateBudget(t *testing.T) {
 	const limit = 1 << 20
 	inside := make(chan struct{})
 	release := make(chan struct{})
-	srv, _ := gateServer(t, limit, limit, func(w http.ResponseWriter, r *http.Request) {
+	srv, _ := gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.Header.Get("X-Hold") != "" {
 			inside <- struct{}{}
@@ -171,7 +171,7 @@ func TestBodyGateBudget(t *testing.T) {
 // may answer long after the server's ReadTimeout, slowly, with its
 // request's context intact.
 func TestBodyGateStreamsPastReadTimeout(t *testing.T) {
-	srv, _ := gateServer(t, 1<<20, 1<<20, func(w http.ResponseWriter, r *http.Request) {
+	srv, _ := gateServer(t, 1<<20, 1<<20, 300*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		for i := range 4 {
 			select {
