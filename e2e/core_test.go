@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
 // allLanguages are the runners built from runners/.
@@ -223,7 +225,7 @@ func TestMCP(t *testing.T) {
 		var got []string
 		var times []time.Time
 		tap := &wireTap{}
-		c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "1"}, &mcp.ClientOptions{
+		cs := testenv.SessionOver(t, s.url+"/mcp", tap.wrap(bearer{Token: token}), &mcp.ClientOptions{
 			ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 				if req.Params.Message == "" {
 					return // a heartbeat
@@ -233,13 +235,6 @@ func TestMCP(t *testing.T) {
 				got = append(got, req.Params.Message)
 				times = append(times, time.Now())
 			}})
-		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-			Endpoint: s.url + "/mcp", HTTPClient: &http.Client{Transport: tap.wrap(bearer{Token: token})},
-		}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cs.Close()
 		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python",
 			"code": "import time, sys\nsys.stdout.write('first\\n')\nsys.stdout.flush()\ntime.sleep(2)\nsys.stderr.write('second\\n')"}}
 		params.SetProgressToken("tok-1")

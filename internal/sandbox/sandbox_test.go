@@ -433,19 +433,8 @@ func TestWarmSandboxes(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The manager learns it when the container's attach stream ends.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			m.mu.Lock()
-			sb := m.warm[warmKey{"conv-b", "bash"}]
-			m.mu.Unlock()
-			if sb == nil || sb.dead.Load() {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the killed sandbox was not seen to end")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitWarm(t, m, warmKey{"conv-b", "bash"}, "the killed sandbox was not seen to end",
+			func(sb *sandbox) bool { return sb == nil || sb.dead.Load() })
 		if after := hostname(t, m, "conv-b", "bash", dirB); after == before || after == "" {
 			t.Errorf("ran in %q after %q died", after, before)
 		}
@@ -458,19 +447,8 @@ func TestWarmSandboxes(t *testing.T) {
 		if err != nil || !oc.TimedOut {
 			t.Fatalf("%+v %v", oc, err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			m.mu.Lock()
-			sb := m.warm[warmKey{"conv-b", "bash"}]
-			m.mu.Unlock()
-			if sb != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no sandbox was started in place of the killed one")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitWarm(t, m, warmKey{"conv-b", "bash"}, "no sandbox was started in place of the killed one",
+			func(sb *sandbox) bool { return sb != nil })
 		if after := hostname(t, m, "conv-b", "bash", dirB); after == before {
 			t.Error("the killed sandbox was used again")
 		}
@@ -758,4 +736,21 @@ func TestCloseWaitsForBackgroundWork(t *testing.T) {
 		t.Errorf("after Close a run left %d warm, %d live", m.Warm(), m.Live())
 	}
 	assertNoContainers(t, docker, m.opts.ExecutorID, "")
+}
+
+// waitWarm waits up to 20 s for the warm sandbox kept under key (nil if
+// none) to satisfy cond, and fails with msg if it does not.
+func waitWarm(t *testing.T, m *Manager, key warmKey, msg string, cond func(*sandbox) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m.mu.Lock()
+		sb := m.warm[key]
+		m.mu.Unlock()
+		if cond(sb) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+	}
 }

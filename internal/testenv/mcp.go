@@ -25,9 +25,16 @@ func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // HTTP with token, closed when the test ends.
 func Session(t testing.TB, endpoint, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return SessionOver(t, endpoint, Bearer{token}, opts)
+}
+
+// SessionOver is Session with the client's HTTP requests sent through
+// transport.
+func SessionOver(t testing.TB, endpoint string, transport http.RoundTripper, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "1"}, opts)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: endpoint, HTTPClient: &http.Client{Transport: Bearer{token}},
+		Endpoint: endpoint, HTTPClient: &http.Client{Transport: transport},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
