@@ -283,3 +283,24 @@ func TestWatchdogEndsDetachedRunOfDeadExecutor(t *testing.T) {
 		t.Errorf("the lost run ended %s %+v", run.Status, run.Result)
 	}
 }
+
+// TestHeartbeatSparesUnclaimedRun: a run is active from before its claim
+// makes its lease; a heartbeat in between must not declare it lost (CI
+// saw a run end "declared lost" as its sandbox started).
+func TestHeartbeatSparesUnclaimedRun(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	r.e.mu.Lock()
+	r.e.active["run_unclaimed"] = &activeRun{cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
+	r.e.mu.Unlock()
+	defer func() {
+		r.e.mu.Lock()
+		delete(r.e.active, "run_unclaimed")
+		r.e.mu.Unlock()
+	}()
+	r.e.renew(context.Background())
+	if err := context.Cause(ctx); err != nil {
+		t.Fatalf("a heartbeat ended a run before its claim: %v", err)
+	}
+}

@@ -34,11 +34,15 @@ func (e *Executor) renew(ctx context.Context) {
 	}
 	e.mu.Lock()
 	ids := make([]string, 0, len(e.active))
-	for id := range e.active {
+	var claimed []string
+	for id, a := range e.active {
 		ids = append(ids, id)
+		if a.claimed {
+			claimed = append(claimed, id)
+		}
 	}
 	e.mu.Unlock()
-	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, ids...)
+	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, claimed...)
 	if err != nil {
 		e.log.Warn("renew leases", "err", err)
 		return

@@ -114,6 +114,9 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 		log.Info("run is not queued any more; skipping")
 		return nil
 	}
+	e.mu.Lock()
+	a.claimed = true
+	e.mu.Unlock()
 	log.Debug("run started")
 	var onStart func()
 	if spec.Parallel || spec.Detach {

@@ -35,8 +35,11 @@ type activeRun struct {
 	cancel   context.CancelCauseFunc
 	ended    chan struct{} // closed when the run has ended
 	detached chan struct{} // closed when the run detached
-	// isDetached is guarded by the executor's mu.
+	// isDetached and claimed are guarded by the executor's mu. A run is
+	// active from before its claim, which makes its lease: until then the
+	// heartbeat must not take the missing lease for one another ended.
 	isDetached bool
+	claimed    bool
 }
 
 // keyedMutex is a mutex per key (a conversation), kept while in use.
