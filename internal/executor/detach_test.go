@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -302,5 +303,74 @@ func TestHeartbeatSparesUnclaimedRun(t *testing.T) {
 	r.e.renew(context.Background())
 	if err := context.Cause(ctx); err != nil {
 		t.Fatalf("a heartbeat ended a run before its claim: %v", err)
+	}
+}
+
+// TestReleaseSparesRestartedPeer: a peer found dead that beat since —
+// it restarted under the same id while its old sandboxes were being
+// removed — keeps its registration, its runs' leases and its slots; one
+// that did not beat loses them.
+func TestReleaseSparesRestartedPeer(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1})
+	ctx := context.Background()
+	for _, peer := range []string{"peer-back", "peer-dead"} {
+		if err := r.store.Heartbeat(ctx, store.ExecutorInfo{ID: peer}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, err := r.store.Beats(ctx, "peer-back", "peer-dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	// peer-back restarts: it registers, claims a run and makes a slot.
+	if err := r.store.Heartbeat(ctx, store.ExecutorInfo{ID: "peer-back"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, peer := range []string{"peer-back", "peer-dead"} {
+		// Recorded, never enqueued: the peer claims it at once.
+		ids[peer] = "run_" + peer
+		cid := "conv-" + peer
+		_, _, err := r.store.CreateRun(ctx, store.NewRun{
+			Run:  runbox.Run{ID: ids[peer], ConversationID: cid, Language: "bash", Status: runbox.StatusQueued, CreatedAt: time.Now()},
+			Spec: runbox.Spec{ConversationID: cid, Language: "bash", Code: "true", TimeoutSeconds: 60}, MaxWaiting: 16,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := r.store.ClaimFor(ctx, ids[peer], cid, peer, time.Hour, 0); err != nil || !c.OK {
+			t.Fatalf("claim %s as %s: %+v, %v", ids[peer], peer, c, err)
+		}
+		if _, err := r.folders.NewSlot(SlotPrefix(peer) + "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, peer := range []string{"peer-back", "peer-dead"} {
+		r.e.release(ctx, peer, seen[peer])
+	}
+	beats, err := r.store.Beats(ctx, "peer-back", "peer-dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		peer string
+		kept bool
+	}{{"peer-back", true}, {"peer-dead", false}} {
+		_, statErr := os.Stat(filepath.Join(r.folders.Root(), ".pool", SlotPrefix(tc.peer)+"a"))
+		run, err := r.store.Run(ctx, ids[tc.peer])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{
+			"registered": beats[tc.peer] != 0,
+			"its run":    run.Status == runbox.StatusRunning, // the dead one's is ended as lost at once
+			"slot":       statErr == nil,
+		}
+		for what, kept := range got {
+			if kept != tc.kept {
+				t.Errorf("%s: %s kept = %v, want %v", tc.peer, what, kept, tc.kept)
+			}
+		}
 	}
 }

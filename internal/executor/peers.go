@@ -17,7 +17,9 @@ import (
 // dead executor held: its runs' leases (the watchdog ends those runs at
 // once), its registration (its conversations' next runs go to any
 // executor: an owner that is not registered owns nothing), and its pool's
-// slots. Its other locks need no one: the leader lease, if it held it,
+// slots — unless it beat since it was found dead: one restarted under the
+// same id keeps what it holds by then (store.ReleaseDead decides that and
+// releases in one step). Its other locks need no one: the leader lease, if it held it,
 // lapsed before it could be found dead (leader.TTL is 5 s, against a 10 s
 // heartbeat and a 6 s watch), and the conversations' lock files are
 // flocks, which its kernel released with the process.
@@ -29,8 +31,9 @@ const peerBeatWindow = 3
 
 // reapPeers removes the containers here of this deployment's other
 // executors that alive does not vouch for and that are older than minAge,
-// and releases what each of those executors held.
-func (e *Executor) reapPeers(ctx context.Context, alive func(string) bool, minAge time.Duration) {
+// and releases what each of those executors held — unless it beat since
+// seen (their heartbeats' expiry, read before alive judged them).
+func (e *Executor) reapPeers(ctx context.Context, seen map[string]int64, alive func(string) bool, minAge time.Duration) {
 	removed, err := e.sandboxes.ReapDead(ctx, alive, minAge)
 	if err != nil {
 		e.log.Warn("reap the sandboxes of dead executors", "err", err)
@@ -38,19 +41,24 @@ func (e *Executor) reapPeers(ctx context.Context, alive func(string) bool, minAg
 	}
 	for _, peer := range slices.Sorted(maps.Keys(removed)) {
 		e.log.Info("removed the sandboxes of a dead executor", "peer", peer, "count", removed[peer])
-		e.release(ctx, peer)
+		e.release(ctx, peer, seen[peer])
 	}
 }
 
-// release gives up what a dead executor held.
-func (e *Executor) release(ctx context.Context, peer string) {
-	if err := e.store.Unregister(ctx, peer); err != nil {
-		e.log.Warn("unregister a dead executor", "peer", peer, "err", err)
-	}
-	runs, err := e.store.ExpireLeasesOf(ctx, peer)
-	if err != nil {
-		e.log.Warn("expire a dead executor's leases", "peer", peer, "err", err)
-	} else if len(runs) > 0 {
+// release gives up what a dead executor held, unless it beat since seen:
+// removing its containers can take seconds, and an executor that restarts
+// under the same id (a container's hostname) removes its old ones too,
+// then registers and starts runs and sandboxes that are its own.
+func (e *Executor) release(ctx context.Context, peer string, seen int64) {
+	released, runs, err := e.store.ReleaseDead(ctx, peer, seen)
+	switch {
+	case err != nil:
+		e.log.Warn("release a dead executor", "peer", peer, "err", err)
+		return
+	case !released:
+		e.log.Info("a dead executor is alive again: it keeps what it holds", "peer", peer)
+		return
+	case len(runs) > 0:
 		e.watchdog.Check(ctx)
 	}
 	if err := e.folders.RemoveSlots(SlotPrefix(peer)); err != nil {
@@ -70,21 +78,22 @@ func (e *Executor) reapPeersAtShutdown(ctx context.Context) {
 	if len(peers) == 0 {
 		return
 	}
-	alive := e.watchBeats(ctx, peers, peerBeatWindow*e.cfg.HeartbeatInterval)
-	e.reapPeers(ctx, func(id string) bool { return alive[id] }, 0)
+	seen, alive := e.watchBeats(ctx, peers, peerBeatWindow*e.cfg.HeartbeatInterval)
+	e.reapPeers(ctx, seen, func(id string) bool { return alive[id] }, 0)
 }
 
-// watchBeats returns which of peers beat within window: at once for those
-// that do, at its end for the rest.
-func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.Duration) map[string]bool {
-	alive := map[string]bool{}
+// watchBeats returns which of peers beat within window (at once for those
+// that do, at its end for the rest), and their heartbeats' expiry when it
+// began.
+func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.Duration) (first map[string]int64, alive map[string]bool) {
+	alive = map[string]bool{}
 	first, err := e.store.Beats(ctx, peers...)
 	if err != nil {
 		e.log.Warn("read the heartbeats of other executors; taking them for alive", "err", err)
 		for _, p := range peers {
 			alive[p] = true
 		}
-		return alive
+		return first, alive
 	}
 	tick := e.cfg.Clock.NewTicker(e.cfg.HeartbeatInterval / 4)
 	defer tick.Stop()
@@ -92,9 +101,9 @@ func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.D
 	for len(alive) < len(peers) {
 		select {
 		case <-ctx.Done():
-			return alive
+			return first, alive
 		case <-end:
-			return alive
+			return first, alive
 		case <-tick.Chan():
 		}
 		now, err := e.store.Beats(ctx, peers...)
@@ -107,5 +116,5 @@ func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.D
 			}
 		}
 	}
-	return alive
+	return first, alive
 }

@@ -66,6 +66,18 @@ func (j *sandboxJanitor) reap(ctx context.Context) {
 // is left alone: its executor may not have registered yet.
 func (j *sandboxJanitor) reapDead(ctx context.Context) {
 	e := j.e
+	peers, err := e.sandboxes.Peers(ctx)
+	if err != nil || len(peers) == 0 {
+		if err != nil {
+			e.log.Warn("list the sandboxes of other executors", "err", err)
+		}
+		return
+	}
+	seen, err := e.store.Beats(ctx, peers...)
+	if err != nil {
+		e.log.Warn("reap the sandboxes of dead executors", "err", err)
+		return
+	}
 	infos, err := e.store.Executors(ctx)
 	if err != nil {
 		e.log.Warn("reap the sandboxes of dead executors", "err", err)
@@ -75,5 +87,5 @@ func (j *sandboxJanitor) reapDead(ctx context.Context) {
 	for _, info := range infos {
 		alive[info.ID] = true
 	}
-	e.reapPeers(ctx, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
+	e.reapPeers(ctx, seen, func(id string) bool { return alive[id] }, 5*e.cfg.HeartbeatInterval)
 }

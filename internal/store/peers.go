@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,41 +37,26 @@ func (s *Store) Beats(ctx context.Context, ids ...string) (map[string]int64, err
 	return beats, nil
 }
 
-// ExpireLeasesOf ends now the leases of the runs executor holds, so that
-// the watchdog ends those runs at its next look instead of a lease later.
-// It returns the runs' ids.
-func (s *Store) ExpireLeasesOf(ctx context.Context, executor string) ([]string, error) {
-	ids, err := s.rdb.ZRange(ctx, leasesKey, 0, -1).Result()
+// ReleaseDead unregisters a dead executor and ends now the leases of the runs
+// it holds, so that the watchdog ends those runs at its next look instead
+// of a lease later — unless it has beaten since its peer found it dead
+// (seen: its heartbeat's expiry then, Beats; 0 if it had none): an
+// executor that restarted under the same id is alive again, and what it
+// holds now is its own. It reports whether it released the executor, and
+// the ids of the runs whose lease it ended.
+func (s *Store) ReleaseDead(ctx context.Context, executor string, seen int64) (released bool, runs []string, err error) {
+	res, err := releaseDeadScript.Run(ctx, s.rdb, []string{executorsKey, executorKey(executor), leasesKey},
+		executor, seen, strings.TrimSuffix(runKey(""), "}")).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("read leases: %w", err)
+		return false, nil, fmt.Errorf("release executor %s: %w", executor, err)
 	}
-	if len(ids) == 0 {
-		return nil, nil
+	if n, _ := res[0].(int64); n == 0 {
+		return false, nil, nil
 	}
-	cmds := make([]*redis.StringCmd, len(ids))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGet(ctx, runKey(id), "executor")
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read runs' executors: %w", err)
-	}
-	var held []redis.Z
-	var out []string
-	for i, id := range ids {
-		if v, _ := cmds[i].Result(); v == executor {
-			held = append(held, redis.Z{Score: 0, Member: id})
-			out = append(out, id)
+	for _, v := range res[1:] {
+		if id, ok := v.(string); ok {
+			runs = append(runs, id)
 		}
 	}
-	if len(held) == 0 {
-		return nil, nil
-	}
-	// XX: a lease the run's end deleted meanwhile stays deleted.
-	if err := s.rdb.ZAddXX(ctx, leasesKey, held...).Err(); err != nil {
-		return nil, fmt.Errorf("expire leases: %w", err)
-	}
-	return out, nil
+	return true, runs, nil
 }

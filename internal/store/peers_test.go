@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -25,27 +26,54 @@ func TestBeats(t *testing.T) {
 	})
 }
 
-// TestExpireLeasesOf: the leases of a dead executor's runs end at once,
-// those of other executors' runs stay.
-func TestExpireLeasesOf(t *testing.T) {
+// TestReleaseDead: a dead executor is unregistered and the leases of its runs
+// end at once, those of other executors' runs stay; one that beat since
+// it was found dead (it restarted under the same id) keeps everything.
+func TestReleaseDead(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		for _, id := range []string{"dead-1", "dead-2", "live-1"} {
+		for _, id := range []string{"dead-1", "dead-2", "live-1", "back-1"} {
 			newRun(t, s, id)
+		}
+		for _, ex := range []string{"dead", "live", "back"} {
+			s.Heartbeat(ctx, ExecutorInfo{ID: ex}, time.Minute)
 		}
 		s.Claim(ctx, "dead-1", "dead", time.Hour)
 		s.Claim(ctx, "dead-2", "dead", time.Hour)
 		s.Claim(ctx, "live-1", "live", time.Hour)
-		ids, err := s.ExpireLeasesOf(ctx, "dead")
-		if err != nil || fmt.Sprint(ids) != "[dead-1 dead-2]" {
-			t.Fatalf("expired = %v, %v", ids, err)
+		s.Claim(ctx, "back-1", "back", time.Hour)
+		seen, err := s.Beats(ctx, "dead", "back")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		s.Heartbeat(ctx, ExecutorInfo{ID: "back"}, time.Minute) // restarted
+
+		released, ids, err := s.ReleaseDead(ctx, "dead", seen["dead"])
+		if err != nil || !released || fmt.Sprint(ids) != "[dead-1 dead-2]" {
+			t.Fatalf("release dead = %v %v, %v", released, ids, err)
+		}
+		if released, ids, err := s.ReleaseDead(ctx, "back", seen["back"]); err != nil || released || len(ids) != 0 {
+			t.Errorf("an executor that beat since it was seen: released %v %v, %v", released, ids, err)
 		}
 		expired, err := s.ExpiredLeases(ctx, 10)
 		if err != nil || fmt.Sprint(expired) != "[dead-1 dead-2]" {
 			t.Errorf("expired leases = %v, %v; want the dead executor's runs", expired, err)
 		}
-		if ids, err := s.ExpireLeasesOf(ctx, "nobody"); err != nil || len(ids) != 0 {
-			t.Errorf("an executor with no runs: %v, %v", ids, err)
+		infos, err := s.Executors(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live []string
+		for _, info := range infos {
+			live = append(live, info.ID)
+		}
+		slices.Sort(live)
+		if fmt.Sprint(live) != "[back live]" {
+			t.Errorf("registered after the releases: %v", live)
+		}
+		if released, ids, err := s.ReleaseDead(ctx, "nobody", 0); err != nil || !released || len(ids) != 0 {
+			t.Errorf("an executor with no runs: %v %v, %v", released, ids, err)
 		}
 	})
 }

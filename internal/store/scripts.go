@@ -218,6 +218,28 @@ end
 return lost
 `)
 
+// releaseDeadScript unregisters a dead executor and expires its runs' leases,
+// unless it beat since it was found dead.
+//
+// KEYS[1] executors zset, KEYS[2] the executor's key, KEYS[3] leases
+// ARGV[1] executor id, ARGV[2] its heartbeat's expiry when found dead,
+// ARGV[3] a run's key before its id (the id is followed by '}')
+// Returns {0} if it beat since, else {1, ids of the runs it held...}.
+var releaseDeadScript = redis.NewScript(`
+local beat = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+if beat > tonumber(ARGV[2]) then return {0} end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+local out = {1}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if redis.call('HGET', ARGV[3] .. id .. '}', 'executor') == ARGV[1] then
+    redis.call('ZADD', KEYS[3], 0, id)
+    table.insert(out, id)
+  end
+end
+return out
+`)
+
 // expiredScript lists runs whose lease has run out, by Redis's clock.
 //
 // KEYS[1] leases; ARGV[1] most ids to return.
