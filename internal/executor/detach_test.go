@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox"
@@ -372,5 +373,57 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 				t.Errorf("%s: %s kept = %v, want %v", tc.peer, what, kept, tc.kept)
 			}
 		}
+	}
+}
+
+// TestShutdownLeavesWaitingRunQueued: a run that asynq handed to a handler
+// still waiting for a slot when the executor began to stop is not claimed
+// when the slot comes free: it stays queued, for another executor, and
+// the conversation the stopping executor owned is owned by none.
+func TestShutdownLeavesWaitingRunQueued(t *testing.T) {
+	r := newRig(t, Config{Concurrency: 1, ShutdownGrace: 5 * time.Second})
+	ctx := context.Background()
+	r.e.slots <- struct{}{} // a run holds the only slot
+	cid := "conv-wait"
+	if err := r.store.SetOwner(ctx, cid, r.e.cfg.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	id := r.submit(runbox.Spec{ConversationID: cid, Code: "echo ran"})
+	in := asynq.NewInspectorFromRedisClient(r.e.redis)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := in.GetTaskInfo(queue.ExecutorQueue(r.e.cfg.ID), id)
+		if err == nil && info.State == asynq.TaskStateActive {
+			break // its handler waits for the slot
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no handler took the run: %+v, %v", info, err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { r.shutdown(); close(stopped) }()
+	for {
+		r.e.mu.Lock()
+		stopping := r.e.stopping
+		r.e.mu.Unlock()
+		if stopping {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Its conversations go to any executor while it waits for its runs.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		owner, err := r.store.Owner(ctx, cid)
+		if err == nil && owner == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a stopping executor still owns its conversation: %q (%v)", owner, err)
+			break
+		}
+	}
+	<-r.e.slots // the holder ends
+	<-stopped
+	if run, err := r.store.Run(ctx, id); err != nil || run.Status != runbox.StatusQueued {
+		t.Errorf("the waiting run is %s (%v); want it left queued", run.Status, err)
 	}
 }

@@ -120,6 +120,7 @@ type Executor struct {
 	mu       sync.Mutex
 	active   map[string]*activeRun // by run id
 	detached int                   // active runs that detached
+	stopping bool                  // Shutdown has begun: no run is claimed
 
 	// convs serialises what runs of one conversation do to its folder
 	// before and after their programs (adopting a sandbox, pulling and
@@ -198,6 +199,11 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.log.Warn("remove the slots of an earlier process", "err", err)
 	}
 	e.started = time.Now()
+	// An earlier process under this id may have been killed while it
+	// stopped, its draining mark still set.
+	if err := e.store.Unregister(ctx, e.cfg.ID); err != nil {
+		return fmt.Errorf("clear an earlier registration: %w", err)
+	}
 	if err := e.register(ctx); err != nil {
 		return err
 	}
@@ -309,6 +315,17 @@ func (e *Executor) Shutdown(ctx context.Context) {
 	if e.srv == nil {
 		return
 	}
+	// From here no run is claimed (process): one that asynq hands a
+	// handler still waiting for a slot stays queued, and goes, with the
+	// conversations this executor owns, to another executor.
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if err := e.store.Drain(dctx, e.cfg.ID, e.cfg.ShutdownGrace+sandboxRemoval+time.Minute); err != nil {
+		e.log.Warn("mark the executor draining", "err", err)
+	}
+	dcancel()
 	e.announced.Stop()
 	e.srv.Stop()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)

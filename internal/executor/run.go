@@ -70,6 +70,14 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	a := &activeRun{cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
 	e.mu.Lock()
+	if e.stopping {
+		// Shutting down: another executor takes it (the sweep enqueues
+		// it again, for any executor).
+		e.mu.Unlock()
+		cancel(nil)
+		log.Info("the executor is stopping: leaving the run to another")
+		return nil
+	}
 	if _, dup := e.active[id]; dup {
 		// Announced and handed out by asynq at once: one of them runs it.
 		e.mu.Unlock()

@@ -13,6 +13,10 @@ func stdinBytesKey(id string) string {
 func channel(id string) string     { return prefix + "events:" + id }
 func executorKey(id string) string { return prefix + "executor:" + id }
 
+// An executor that is shutting down: it owns no conversation any more
+// (owner.go), though its heartbeat goes on until its runs have ended.
+func drainingKey(id string) string { return prefix + "draining:" + id }
+
 // A conversation's runs, its head (the one run enqueued or running) and
 // the runs waiting behind it.
 func conversationRunsKey(cid string) string    { return prefix + "conv:" + cid + ":runs" }

@@ -24,10 +24,13 @@ func (s *Store) SetOwner(ctx context.Context, cid, executor string, ttl time.Dur
 }
 
 // ownerScript returns the executor that runs a conversation's live runs,
-// or else its owner, if its heartbeat is current; else "".
+// or else its owner, if its heartbeat is current and it is not draining;
+// else "". (A draining executor's live runs still keep their
+// conversation's next run: claimScript would hand it back there.)
 //
 // KEYS[1] the conversation's owner, KEYS[2] its live runs (claimScript)
-// ARGV[1] prefix of executors' heartbeat keys
+// ARGV[1] prefix of executors' heartbeat keys, ARGV[2] of their draining
+// marks
 var ownerScript = redis.NewScript(`
 local holder = redis.call("HGET", KEYS[2], "executor")
 if holder and redis.call("HLEN", KEYS[2]) > 1 and redis.call("EXISTS", ARGV[1] .. holder) == 1 then
@@ -35,14 +38,24 @@ if holder and redis.call("HLEN", KEYS[2]) > 1 and redis.call("EXISTS", ARGV[1] .
 end
 local owner = redis.call("GET", KEYS[1])
 if not owner then return "" end
-if redis.call("EXISTS", ARGV[1] .. owner) == 1 then return owner end
+if redis.call("EXISTS", ARGV[1] .. owner) == 1 and redis.call("EXISTS", ARGV[2] .. owner) == 0 then return owner end
 return ""
 `)
+
+// Drain marks executor as shutting down for ttl (until Unregister): the
+// conversations it owns go to any executor from now on.
+func (s *Store) Drain(ctx context.Context, executor string, ttl time.Duration) error {
+	if err := s.rdb.Set(ctx, drainingKey(executor), 1, ttl).Err(); err != nil {
+		return fmt.Errorf("mark %s draining: %w", executor, err)
+	}
+	return nil
+}
 
 // Owner returns the live executor that runs conversation cid's live runs
 // or holds its sandbox, or "" when none does.
 func (s *Store) Owner(ctx context.Context, cid string) (string, error) {
-	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid), conversationLiveKey(cid)}, executorKey("")).Text()
+	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid), conversationLiveKey(cid)},
+		executorKey(""), drainingKey("")).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("read the owner of %s: %w", cid, err)
 	}

@@ -566,7 +566,7 @@ func (s *Store) Deployment(ctx context.Context) (string, error) {
 func (s *Store) Unregister(ctx context.Context, id string) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.ZRem(ctx, executorsKey, id)
-	pipe.Del(ctx, executorKey(id))
+	pipe.Del(ctx, executorKey(id), drainingKey(id))
 	_, err := pipe.Exec(ctx)
 	return err
 }

@@ -30,7 +30,8 @@ func TestWake(t *testing.T) {
 	})
 }
 
-// TestOwner: a conversation's owner is named while its heartbeat lasts.
+// TestOwner: a conversation's owner is named while its heartbeat lasts and
+// it is not draining.
 func TestOwner(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
@@ -48,6 +49,12 @@ func TestOwner(t *testing.T) {
 		}
 		if o, _ := s.Owner(ctx, "c"); o != "e1" {
 			t.Errorf("owner %q; want e1", o)
+		}
+		if err := s.Drain(ctx, "e1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.Owner(ctx, "c"); o != "" {
+			t.Errorf("a draining executor owns: %q", o)
 		}
 		if err := s.Unregister(ctx, "e1"); err != nil {
 			t.Fatal(err)
