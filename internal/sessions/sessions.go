@@ -113,29 +113,40 @@ func (s *Service) End(ctx context.Context, ref Ref) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
+	s.letGo(ctx, ref)
+	return true, nil
+}
+
+// letGo runs what a session's end asks for.
+func (s *Service) letGo(ctx context.Context, ref Ref) {
 	ctx = auth.WithClient(ctx, clients.Client{Name: ref.Client})
 	for _, f := range s.onEnd {
 		f(ctx, ref)
 	}
 	s.log.Info("session ended", "client", ref.Client, "session", ref.ID)
-	return true, nil
 }
 
 // EndIdle ends up to n sessions idle past the TTL and returns how many
-// it ended.
+// it ended. Ending one can take a while (its runs are cancelled, its
+// folders removed): a session used after the list was read is left open.
 func (s *Service) EndIdle(ctx context.Context, n int) int {
-	idle, err := s.store.IdleSessions(ctx, s.clock.Now().Add(-s.ttl), n)
+	cutoff := s.clock.Now().Add(-s.ttl)
+	idle, err := s.store.IdleSessions(ctx, cutoff, n)
 	if err != nil {
 		s.log.Warn("list idle sessions", "err", err)
 		return 0
 	}
 	ended := 0
 	for _, ref := range idle {
-		if _, err := s.End(ctx, ref); err != nil {
+		ok, err := s.store.EndIdleSession(ctx, ref, cutoff)
+		if err != nil {
 			s.log.Warn("end an idle session", "client", ref.Client, "session", ref.ID, "err", err)
 			continue
 		}
-		ended++
+		if ok {
+			s.letGo(ctx, ref)
+			ended++
+		}
 	}
 	return ended
 }

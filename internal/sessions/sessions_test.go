@@ -88,3 +88,31 @@ func TestEndIdle(t *testing.T) {
 		t.Fatal("an idle session lives on")
 	}
 }
+
+// TestEndIdleSparesSessionUsedMeanwhile: ending an idle session takes a
+// while (its runs, its folders); a session on the same list that its
+// client uses meanwhile is left open.
+func TestEndIdleSparesSessionUsedMeanwhile(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	s, ended := newService(t, clock)
+	ctx := context.Background()
+	s.store.SetClock(clock.Now)
+	first, err := s.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Millisecond) // listed after first
+	back, _ := s.Open(ctx)
+	clock.Advance(2 * time.Minute)
+	s.OnEnd(func(ctx context.Context, ref Ref) {
+		if ref == first {
+			s.Touch(ctx, back) // its client comes back now
+		}
+	})
+	if n := s.EndIdle(ctx, 10); n != 1 || len(*ended) != 1 || (*ended)[0] != first {
+		t.Fatalf("ended %d: %v; want only the first", n, *ended)
+	}
+	if ok, _ := s.Touch(ctx, back); !ok {
+		t.Fatal("a session used while the idle ones were ended was ended")
+	}
+}

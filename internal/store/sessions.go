@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -82,15 +83,40 @@ func (s *Store) TouchSession(ctx context.Context, ref SessionRef, ttl time.Durat
 // EndSession forgets a session and its executions' places; it reports
 // whether the session existed. Its runs are the caller's to cancel.
 func (s *Store) EndSession(ctx context.Context, ref SessionRef) (bool, error) {
-	pipe := s.rdb.TxPipeline()
-	n := pipe.Del(ctx, sessionKey(ref.Client, ref.ID))
-	pipe.ZRem(ctx, sessionsIdleKey, sessionMember(ref.Client, ref.ID))
-	pipe.Del(ctx, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID))
-	if _, err := pipe.Exec(ctx); err != nil {
+	return s.endSession(ctx, ref, math.MaxInt64)
+}
+
+// EndIdleSession is EndSession for a session last used before cutoff
+// (IdleSessions): one used since is left open, and reported not ended.
+func (s *Store) EndIdleSession(ctx context.Context, ref SessionRef, cutoff time.Time) (bool, error) {
+	return s.endSession(ctx, ref, cutoff.UnixMilli())
+}
+
+func (s *Store) endSession(ctx context.Context, ref SessionRef, cutoff int64) (bool, error) {
+	n, err := endSessionScript.Run(ctx, s.rdb,
+		[]string{sessionKey(ref.Client, ref.ID), sessionsIdleKey, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID)},
+		sessionMember(ref.Client, ref.ID), cutoff).Int()
+	if err != nil {
 		return false, fmt.Errorf("end session: %w", err)
 	}
-	return n.Val() > 0, nil
+	return n > 0, nil
 }
+
+// endSessionScript forgets a session unless it was used after a cutoff.
+//
+// KEYS[1] the session, KEYS[2] sessions by last use, KEYS[3] its
+// executions, KEYS[4] its live executions
+// ARGV[1] its member in KEYS[2], ARGV[2] the cutoff (Unix ms)
+// Returns 1 if it ended the session, 0 if there was none, -1 if it was
+// used since.
+var endSessionScript = redis.NewScript(`
+local used = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if used and tonumber(used) > tonumber(ARGV[2]) then return -1 end
+local n = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3], KEYS[4])
+return n
+`)
 
 // IdleSessions returns up to n sessions last used before cutoff.
 func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
