@@ -18,10 +18,13 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/link"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
+	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
 // rig is one executor on a real redis-server and the real Docker Engine,
@@ -425,5 +428,39 @@ func TestShutdownLeavesWaitingRunQueued(t *testing.T) {
 	<-stopped
 	if run, err := r.store.Run(ctx, id); err != nil || run.Status != runbox.StatusQueued {
 		t.Errorf("the waiting run is %s (%v); want it left queued", run.Status, err)
+	}
+}
+
+// TestWriteFilesOneAtATime: files written into a running project at once
+// by several calls, with a remote file store, go through the working
+// copy one call at a time (its manifest has one user: the race detector
+// caught concurrent writes to it), and all reach the store.
+func TestWriteFilesOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, Config{Concurrency: 1})
+	r.e.cfg.Copies = workcopy.New(s3, r.folders, r.store, os.Getuid(), os.Getgid(), slog.New(slog.DiscardHandler))
+	if _, err := r.folders.Ensure("proj"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			f := link.File{Path: fmt.Sprintf("src/f%d.txt", i), Data: []byte("x")}
+			if err := r.e.WriteFiles(ctx, "proj", []link.File{f}); err != nil {
+				t.Errorf("write %s: %v", f.Path, err)
+			}
+		})
+	}
+	wg.Wait()
+	stored, err := s3.List(ctx, "proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 8 {
+		t.Errorf("the store has %d files, want 8: %+v", len(stored), stored)
 	}
 }

@@ -20,6 +20,10 @@ import (
 // sandboxes mount; with a remote file store, into the working copy and
 // then the store, so that the next run anywhere finds them.
 func (e *Executor) WriteFiles(ctx context.Context, conv string, fs []link.File) error {
+	// One at a time with the conversation's runs' pulls and pushes, and
+	// with other writes: a working copy's manifest has one user at a time.
+	unlock := e.convs.lock(conv)
+	defer unlock()
 	var before []files.Entry
 	if e.cfg.Copies != nil {
 		var err error
