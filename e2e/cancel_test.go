@@ -77,6 +77,38 @@ func TestClientGoneCancelsRun(t *testing.T) {
 	}
 }
 
+// TestKeyedRunOutlivesItsStream: a run_code with an idempotency_key whose
+// HTTP stream closes (a dropped connection looks the same) goes on, and
+// the client's retry with the key gets its whole result — not a run
+// cancelled by the first call's going, nor the code run twice.
+func TestKeyedRunOutlivesItsStream(t *testing.T) {
+	s := start(t, options{})
+	cs := s.session(nil)
+	args := map[string]any{"language": "bash", "conversationId": "keyed", "idempotency_key": "k-1",
+		"code": "echo start >> /data/log; sleep 2; echo end >> /data/log; cat /data/log"}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: args})
+		errc <- err
+	}()
+	waitFor(t, func() bool {
+		var out struct {
+			Runs []struct {
+				Status string `json:"status"`
+			} `json:"runs"`
+		}
+		call(t, cs, "list_runs", map[string]any{"conversationId": "keyed"}, &out)
+		return len(out.Runs) > 0 && out.Runs[0].Status == "running"
+	})
+	cancel()
+	<-errc
+	res := runCode(t, cs, args)
+	if !res.Success || res.Stdout != "start\nend\n" {
+		t.Errorf("the retry with the key: %+v; want the first call's run, run once to its end", res)
+	}
+}
+
 // sseSession connects the official client over the legacy HTTP+SSE
 // transport.
 func (s *service) sseSession() *mcp.ClientSession {

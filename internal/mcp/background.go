@@ -18,7 +18,7 @@ func (s *Server) runBackground(ctx context.Context, in runs.Request) (*mcpsdk.Ca
 	if err != nil {
 		return s.toolError(ctx, err)
 	}
-	stop := s.cancelWhenGone(ctx, run.ID)
+	stop := s.cancelWhenGone(ctx, run.ID, in.IdempotencyKey != "")
 	run, err = s.runs.WaitDetached(ctx, run.ID)
 	stop()
 	if err != nil {

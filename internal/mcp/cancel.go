@@ -33,14 +33,19 @@ func WithCaller(ctx context.Context) context.Context {
 }
 
 // cancelWhenGone cancels run id when its caller goes, unless the api is
-// stopping. The returned func stops watching.
+// stopping. A keyed run (an idempotency_key) outlives its HTTP request:
+// the key says the client will come back for it — a retry with the key
+// follows the same run — and a stream that dropped looks the same as one
+// closed on purpose; a cancellation the SDK delivers (stdio, legacy SSE)
+// still ends it, and cancel_run always does. The returned func stops
+// watching.
 //
 // Each watch is an AfterFunc on a context the caller's going cancels:
 // AfterFunc is triggered by the cancellation itself, before the handler
 // can see it and return, so a handler that returns because its caller
 // went cannot stop the watch in time to miss it. (A watch on a derived
 // context could: that context is cancelled from a goroutine of its own.)
-func (s *Server) cancelWhenGone(ctx context.Context, id string) func() {
+func (s *Server) cancelWhenGone(ctx context.Context, id string, keyed bool) func() {
 	var once sync.Once
 	cancelRun := func() {
 		once.Do(func() {
@@ -57,7 +62,7 @@ func (s *Server) cancelWhenGone(ctx context.Context, id string) func() {
 		})
 	}
 	stops := []func() bool{context.AfterFunc(ctx, cancelRun)}
-	if req, ok := ctx.Value(callerKey{}).(context.Context); ok {
+	if req, ok := ctx.Value(callerKey{}).(context.Context); ok && !keyed {
 		stops = append(stops, context.AfterFunc(req, cancelRun))
 	}
 	return func() {

@@ -129,7 +129,7 @@ func (s *Server) run(ctx context.Context, req *mcpsdk.CallToolRequest, in runs.R
 		return nil, res, err
 	}
 	s.log.Debug("run submitted", "run", run.ID, "client", auth.Client(ctx))
-	defer s.cancelWhenGone(ctx, run.ID)()
+	defer s.cancelWhenGone(ctx, run.ID, in.IdempotencyKey != "")()
 	onEvent, stopProgress := s.startProgress(ctx, req)
 	res, err := s.runs.Wait(ctx, run.ID, 0, onEvent)
 	stopProgress()
