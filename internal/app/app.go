@@ -333,8 +333,10 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		// A working copy whose conversation went idle is removed here (the
 		// store keeps the files); its next run here fetches it again. Every
 		// executor sweeps its own.
-		background = append(background, conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
-			lifecycle.Periodic(clockwork.NewRealClock()), log))
+		janitor := conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
+			lifecycle.Periodic(clockwork.NewRealClock()), log)
+		janitor.BeforeRemove(copies.Forget)
+		background = append(background, janitor)
 	}
 	if linkListener != nil {
 		background = append(background, link.NewServer(link.ServerOptions{Listener: linkListener, Key: link.Key(secret),

@@ -25,7 +25,15 @@ type Janitor struct {
 	idle      time.Duration
 	retention time.Duration // 0: files are kept until close_session
 	log       *slog.Logger
+	forget    func(cid string)
 }
+
+// BeforeRemove sets what is told of a conversation before its folder may
+// be removed: an executor's working copies forget what they knew of it,
+// so that its next run fetches it whole — even one that found the folder
+// there just before the removal and has it made again, empty. Call it
+// before Start.
+func (j *Janitor) BeforeRemove(forget func(cid string)) { j.forget = forget }
 
 // NewJanitor returns a Janitor that sweeps on schedule.
 func NewJanitor(folders *files.Folders, st *store.Store, sessionTTL, retention time.Duration, schedule lifecycle.Schedule, log *slog.Logger) *Janitor {
@@ -67,6 +75,9 @@ func (j *Janitor) Sweep(ctx context.Context) {
 			}
 		}
 		if j.retention > 0 && idle >= j.retention {
+			if j.forget != nil {
+				j.forget(c.ID)
+			}
 			if done, err := j.folders.RemoveIdle(c.ID, stillIdle(j.retention)); err != nil {
 				j.log.Warn("remove expired conversation", "conversation", c.ID, "err", err)
 			} else if done {

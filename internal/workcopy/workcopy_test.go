@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
@@ -244,4 +248,39 @@ func TestFailedPush(t *testing.T) {
 			t.Errorf("copy after a failed push: %q", got)
 		}
 	})
+}
+
+// TestJanitorForgetsRemovedCopy: a working copy the janitor removes is
+// fetched whole by the conversation's next run, even one that found the
+// folder there just before the removal (and so had no reason to forget
+// it) and has it made again, empty.
+func TestJanitorForgetsRemovedCopy(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	a := newExecutor(t, s3, versions)
+	const cid = "conv"
+	a.run(t, cid, func(dir string) { write(t, dir, "f", "kept") })
+	long := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(a.folders.Root(), cid), long, long)
+	j := conversations.NewJanitor(a.folders, versions, time.Minute, 2*time.Minute,
+		lifecycle.Periodic(clockwork.NewRealClock()), slog.New(slog.DiscardHandler))
+	j.BeforeRemove(a.copies.Forget)
+	j.Sweep(ctx)
+	if _, err := os.Stat(filepath.Join(a.folders.Root(), cid)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the idle copy was not removed: %v", err)
+	}
+	dir, err := a.folders.Ensure(cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.copies.Pull(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, dir); got != "f=kept" {
+		t.Errorf("the copy after its removal: %q, want the store's files", got)
+	}
 }
