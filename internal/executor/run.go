@@ -68,7 +68,7 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 	// The run is registered as active before it is claimed, so that a
 	// shutdown waits for it or ends it.
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &activeRun{cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
+	a := &activeRun{conv: spec.ConversationID, cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
 	e.mu.Lock()
 	if e.stopping {
 		// Shutting down: another executor takes it (the sweep enqueues
@@ -224,7 +224,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		defer func() { st.result.Egress = network.Close() }()
 	}
 
-	dir, before, release, err := e.prepare(ctx, spec)
+	dir, before, release, err := e.prepare(ctx, id, spec)
 	if pe, ok := errors.AsType[*prepareError](err); ok {
 		return fail(pe.err, pe.msg)
 	}
@@ -387,7 +387,7 @@ func (e *prepareError) Unwrap() error { return e.err }
 // mode) into the sandbox's folder, which then takes the conversation's
 // name — never while another sandbox (another language's, a kept
 // interpreter, a run under way) mounts the folder it has.
-func (e *Executor) prepare(ctx context.Context, spec runbox.Spec) (string, []files.Entry, func(), error) {
+func (e *Executor) prepare(ctx context.Context, id string, spec runbox.Spec) (string, []files.Entry, func(), error) {
 	cid := spec.ConversationID
 	unlock := e.convs.lock(cid)
 	defer unlock()
@@ -424,7 +424,7 @@ func (e *Executor) prepare(ctx context.Context, spec runbox.Spec) (string, []fil
 		if !existed {
 			c.Forget(cid) // its folder was removed here
 		}
-		if err := c.Pull(ctx, cid); err != nil {
+		if err := c.Pull(ctx, cid, e.othersRunning(cid, id)); err != nil {
 			return "", nil, nil, &prepareError{"could not fetch the conversation's files from the file store", err}
 		}
 	}
@@ -433,6 +433,20 @@ func (e *Executor) prepare(ctx context.Context, spec runbox.Spec) (string, []fil
 		return "", nil, nil, &prepareError{"could not read the conversation's files", err}
 	}
 	return dir, before, e.sandboxes.Hold(cid), nil
+}
+
+// othersRunning reports whether runs of conversation cid other than id
+// are active here (parallel, detached or background runs): their
+// programs may be writing its folder.
+func (e *Executor) othersRunning(cid, id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for other, a := range e.active {
+		if other != id && a.conv == cid {
+			return true
+		}
+	}
+	return false
 }
 
 // errUserCancel is the cause of a cancellation a client asked for;

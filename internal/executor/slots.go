@@ -32,6 +32,7 @@ func (s *slot) release() { s.once.Do(func() { <-s.ch }) }
 
 // activeRun is a run the executor has taken and not yet ended.
 type activeRun struct {
+	conv     string // its conversation
 	cancel   context.CancelCauseFunc
 	ended    chan struct{} // closed when the run has ended
 	detached chan struct{} // closed when the run detached

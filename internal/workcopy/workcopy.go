@@ -97,8 +97,13 @@ func (c *Copies) manifest(cid string) *manifest {
 }
 
 // Pull brings the copy of conversation cid, whose folder is ready
-// (files.Folders.Ensure), up to the store's version.
-func (c *Copies) Pull(ctx context.Context, cid string) error {
+// (files.Folders.Ensure), up to the store's version. busy says that other
+// runs of the conversation are running here: their programs may be
+// writing the copy, so a file changed or made since the copy was last in
+// step with the store is theirs and is kept, not replaced or removed
+// (their pushes send it at their end); the copy then stays unsettled, and
+// the next run lists the store again.
+func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 	m := c.manifest(cid)
 	// The version is read before the listing: a change after it makes the
 	// next run list again.
@@ -126,11 +131,21 @@ func (c *Copies) Pull(ctx context.Context, cid string) error {
 	for _, l := range local {
 		here[l.Name] = l
 	}
-	fetched := 0
+	// inStep reports whether the copy's file is as it was when last in
+	// step with the store.
+	inStep := func(l runbox.StoredFile) bool {
+		s, known := m.files[l.Name]
+		return known && s.size == l.Size && s.modTime.Equal(l.ModTime)
+	}
+	fetched, kept := 0, 0
 	for _, r := range remote {
 		l, ok := here[r.Name]
 		delete(here, r.Name)
-		if s, known := m.files[r.Name]; ok && known && s.etag == r.ETag && s.size == l.Size && s.modTime.Equal(l.ModTime) {
+		if ok && inStep(l) && m.files[r.Name].etag == r.ETag {
+			continue
+		}
+		if busy && ok && !inStep(l) {
+			kept++
 			continue
 		}
 		s, err := c.fetch(ctx, root, cid, r.Name)
@@ -143,15 +158,21 @@ func (c *Copies) Pull(ctx context.Context, cid string) error {
 	// What is left here the store does not have: removed elsewhere, or
 	// written by a run whose push this executor did not finish.
 	if len(local) < files.MaxEntries && len(remote) < files.MaxEntries {
-		for name := range here {
+		for name, l := range here {
+			if busy && !inStep(l) {
+				kept++
+				continue
+			}
 			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove a file the store does not have: %w", err)
 			}
 			delete(m.files, name)
 		}
 	}
-	m.version = v
-	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched)
+	if kept == 0 {
+		m.version = v
+	}
+	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package workcopy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -58,7 +59,7 @@ func (e executor) run(t *testing.T, cid string, change func(dir string)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.copies.Pull(ctx, cid); err != nil {
+	if err := e.copies.Pull(ctx, cid, false); err != nil {
 		t.Fatalf("pull: %v", err)
 	}
 	before, _ := e.folders.List(cid)
@@ -172,7 +173,11 @@ func TestCopiesFollowTheConversation(t *testing.T) {
 	})
 }
 
-// A file the store has replaces whatever a run left at its name.
+// A file the store has replaces whatever a run left at its name, and one
+// it does not have goes — unless other runs of the conversation are
+// running (busy): what changed since the copy was in step is theirs,
+// still being written, and stays, while what they did not touch follows
+// the store.
 func TestPullReplacesLocalChanges(t *testing.T) {
 	ctx := context.Background()
 	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
@@ -180,30 +185,41 @@ func TestPullReplacesLocalChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	versions := store.New(testenv.Client(t, testenv.Redis(t)))
-	a := newExecutor(t, s3, versions)
-	const cid = "conv"
-	a.run(t, cid, func(dir string) { write(t, dir, "f", "from a") })
-	// Written behind the copy's back (a push that never finished).
-	dir := a.folders.Path(cid)
-	write(t, dir, "f", "local edit")
-	write(t, dir, "stray", "x")
-	if _, err := s3.Write(ctx, cid, "g", strings.NewReader("g"), 10, false); err != nil {
-		t.Fatal(err)
-	}
-	versions.FilesChanged(ctx, cid, -1, time.Now())
-	if err := a.copies.Pull(ctx, cid); err != nil {
-		t.Fatal(err)
-	}
-	if got := tree(t, dir); got != "f=from a g=g" {
-		t.Errorf("copy: %q", got)
-	}
-	r, _, err := s3.Open(ctx, cid, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if b, _ := io.ReadAll(r); string(b) != "from a" {
-		t.Errorf("store: %q", b)
+	for _, tc := range []struct {
+		busy bool
+		want string
+	}{
+		{false, "f=from a g=g h=h2"},
+		{true, "f=local edit g=g h=h2 stray=x"},
+	} {
+		a := newExecutor(t, s3, versions)
+		cid := fmt.Sprintf("conv-%v", tc.busy)
+		a.run(t, cid, func(dir string) { write(t, dir, "f", "from a"); write(t, dir, "h", "h1") })
+		// Written behind the copy's back (a push that never finished, or
+		// a run still running).
+		dir := a.folders.Path(cid)
+		write(t, dir, "f", "local edit")
+		write(t, dir, "stray", "x")
+		for name, content := range map[string]string{"g": "g", "h": "h2"} {
+			if _, err := s3.Write(ctx, cid, name, strings.NewReader(content), 10, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		versions.FilesChanged(ctx, cid, -1, time.Now())
+		if err := a.copies.Pull(ctx, cid, tc.busy); err != nil {
+			t.Fatal(err)
+		}
+		if got := tree(t, dir); got != tc.want {
+			t.Errorf("busy %v: copy %q, want %q", tc.busy, got, tc.want)
+		}
+		r, _, err := s3.Open(ctx, cid, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := io.ReadAll(r); string(b) != "from a" {
+			t.Errorf("busy %v: the store's f is %q; a pull never sends", tc.busy, b)
+		}
+		r.Close()
 	}
 }
 
@@ -277,7 +293,7 @@ func TestJanitorForgetsRemovedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.copies.Pull(ctx, cid); err != nil {
+	if err := a.copies.Pull(ctx, cid, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := tree(t, dir); got != "f=kept" {
