@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/runbox-dev/runbox"
@@ -35,11 +36,14 @@ type Service struct {
 	runs   *runs.Service
 	store  *store.Store
 	limits Limits
+	// closeWait bounds how long Close waits for the runs it cancelled
+	// to end.
+	closeWait time.Duration
 }
 
 // NewService returns a Service.
 func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st *store.Store, limits Limits) *Service {
-	return &Service{files: fs, signer: signer, runs: rs, store: st, limits: limits}
+	return &Service{files: fs, signer: signer, runs: rs, store: st, limits: limits, closeWait: time.Minute}
 }
 
 // Limits returns the service's limits.
@@ -201,6 +205,37 @@ func (s *Service) Images(ctx context.Context, cid string, artifacts []runbox.Fil
 	return out
 }
 
+// awaitEnd waits for runs ids to end, up to s.closeWait; it is EBusy if
+// one has not.
+func (s *Service) awaitEnd(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.closeWait)
+	defer cancel()
+	for _, id := range ids {
+		if _, err := s.runs.Wait(wctx, id, 0, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			break // the rest are looked at below
+		}
+	}
+	for _, id := range ids {
+		run, err := s.store.Run(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !run.Status.Final() {
+			return runbox.Errorf(runbox.EBusy, "the conversation's runs are still stopping; close it again in a minute")
+		}
+	}
+	return nil
+}
+
 // ErrClosed reports a conversation that has neither files nor runs still
 // going: never made, or closed already.
 var ErrClosed = runbox.Errorf(runbox.ENotFound, "no such conversation: it was never used or is closed already")
@@ -226,13 +261,24 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 	}
 	// Newest first: the waiting runs go before the running head, which
 	// then has nothing to hand on to.
+	var stopping []string
 	for _, r := range list {
 		if r.Status.Final() {
 			continue
 		}
-		if _, err := s.runs.Cancel(ctx, r.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		status, err := s.runs.Cancel(ctx, r.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
+		if err == nil && !status.Final() {
+			stopping = append(stopping, r.ID)
+		}
+	}
+	// A run ends after its files are saved (with a remote file store, a
+	// push that can take a while): one still ending would put back what
+	// is removed here. Its files stay until a later close.
+	if err := s.awaitEnd(ctx, stopping); err != nil {
+		return err
 	}
 	// The executors drop its warm sandboxes; one that has not yet would
 	// not be used again, as it mounts the folder removed here.
