@@ -9,6 +9,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -485,13 +486,14 @@ func (s *Service) List(ctx context.Context, _ struct{}) (List, error) {
 
 // endSession cancels a session's executions and removes its folder, as
 // close_session does for a conversation.
-func (s *Service) endSession(ctx context.Context, ref sessions.Ref) {
+func (s *Service) endSession(ctx context.Context, ref sessions.Ref) error {
 	err := s.convs.Close(ctx, sessions.Conversation(ref))
 	switch {
 	case errors.Is(err, conversations.ErrClosed):
 	case err != nil:
-		s.log.Warn("close an ended session's folder", "client", ref.Client, "session", ref.ID, "err", err)
+		return fmt.Errorf("close the session's folder: %w", err)
 	default:
 		s.log.Info("an ended session's executions cancelled and its folder removed", "client", ref.Client, "session", ref.ID)
 	}
+	return nil
 }

@@ -65,7 +65,7 @@ type Service struct {
 	ttl   time.Duration
 	clock clockwork.Clock
 	log   *slog.Logger
-	onEnd []func(context.Context, Ref)
+	onEnd []func(context.Context, Ref) error
 }
 
 // New returns a Service whose sessions end once idle for ttl.
@@ -74,8 +74,10 @@ func New(st *store.Store, ttl time.Duration, clock clockwork.Clock, log *slog.Lo
 }
 
 // OnEnd adds f to what runs when a session ends, with a context whose
-// client is the session's. Call it before the service is used.
-func (s *Service) OnEnd(f func(context.Context, Ref)) { s.onEnd = append(s.onEnd, f) }
+// client is the session's. Call it before the service is used. An error
+// (or a process that stops before f returns) has f called again later,
+// by the janitor: f must not mind being called twice.
+func (s *Service) OnEnd(f func(context.Context, Ref) error) { s.onEnd = append(s.onEnd, f) }
 
 // Open records a new session of the client of ctx.
 func (s *Service) Open(ctx context.Context) (Ref, error) {
@@ -117,19 +119,61 @@ func (s *Service) End(ctx context.Context, ref Ref) (bool, error) {
 	return true, nil
 }
 
-// letGo runs what a session's end asks for.
+// letGo runs what a session's end asks for; once all of it has, the
+// session is no longer ending.
 func (s *Service) letGo(ctx context.Context, ref Ref) {
 	ctx = auth.WithClient(ctx, clients.Client{Name: ref.Client})
+	var failed error
 	for _, f := range s.onEnd {
-		f(ctx, ref)
+		if err := f(ctx, ref); err != nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		s.log.Warn("an ended session's holders did not all let go; the janitor tries again", "client", ref.Client,
+			"session", ref.ID, "err", failed)
+		return
+	}
+	if err := s.store.SessionEnded(ctx, ref); err != nil {
+		s.log.Warn("record a session's end", "client", ref.Client, "session", ref.ID, "err", err)
 	}
 	s.log.Info("session ended", "client", ref.Client, "session", ref.ID)
+}
+
+// endRetry is how long an ended session's holders are given to let go
+// before the janitor tries again.
+const endRetry = 2 * time.Minute
+
+// retryEnds runs again what the ends of up to n sessions asked for, where
+// it failed or its process stopped before it was done.
+func (s *Service) retryEnds(ctx context.Context, n int) {
+	ending, err := s.store.EndingSessions(ctx, s.clock.Now().Add(-endRetry), n)
+	if err != nil {
+		s.log.Warn("list ending sessions", "err", err)
+		return
+	}
+	for _, ref := range ending {
+		// One opened again since (the sessionless scope, at its client's
+		// next call) is in use: what it holds is not let go.
+		if open, err := s.store.SessionOpen(ctx, ref); err != nil || open {
+			if err == nil {
+				err = s.store.SessionEnded(ctx, ref)
+			}
+			if err != nil {
+				s.log.Warn("look at an ending session", "client", ref.Client, "session", ref.ID, "err", err)
+			}
+			continue
+		}
+		s.letGo(ctx, ref)
+	}
 }
 
 // EndIdle ends up to n sessions idle past the TTL and returns how many
 // it ended. Ending one can take a while (its runs are cancelled, its
 // folders removed): a session used after the list was read is left open.
+// It also finishes the ends of sessions whose holders had not let go.
 func (s *Service) EndIdle(ctx context.Context, n int) int {
+	s.retryEnds(ctx, n)
 	cutoff := s.clock.Now().Add(-s.ttl)
 	idle, err := s.store.IdleSessions(ctx, cutoff, n)
 	if err != nil {

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -19,11 +20,12 @@ func newService(t *testing.T, clock clockwork.Clock) (*Service, *[]Ref) {
 	_, url := testenv.Miniredis(t)
 	s := New(store.New(testenv.Client(t, url)), time.Minute, clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var ended []Ref
-	s.OnEnd(func(ctx context.Context, ref Ref) {
+	s.OnEnd(func(ctx context.Context, ref Ref) error {
 		if Client(ctx) != ref.Client {
 			t.Errorf("ended with the client %q, want %q", Client(ctx), ref.Client)
 		}
 		ended = append(ended, ref)
+		return nil
 	})
 	return s, &ended
 }
@@ -104,15 +106,64 @@ func TestEndIdleSparesSessionUsedMeanwhile(t *testing.T) {
 	clock.Advance(time.Millisecond) // listed after first
 	back, _ := s.Open(ctx)
 	clock.Advance(2 * time.Minute)
-	s.OnEnd(func(ctx context.Context, ref Ref) {
+	s.OnEnd(func(ctx context.Context, ref Ref) error {
 		if ref == first {
 			s.Touch(ctx, back) // its client comes back now
 		}
+		return nil
 	})
 	if n := s.EndIdle(ctx, 10); n != 1 || len(*ended) != 1 || (*ended)[0] != first {
 		t.Fatalf("ended %d: %v; want only the first", n, *ended)
 	}
 	if ok, _ := s.Touch(ctx, back); !ok {
 		t.Fatal("a session used while the idle ones were ended was ended")
+	}
+}
+
+// TestEndRetried: a session's end whose holders did not all let go (an
+// error, or a process that stopped halfway) is tried again by the
+// janitor, until they have; one whose scope was opened again since is
+// not (what it holds is in use).
+func TestEndRetried(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	s, ended := newService(t, clock)
+	ctx := context.Background()
+	s.store.SetClock(clock.Now)
+	fail := true
+	s.OnEnd(func(ctx context.Context, ref Ref) error {
+		if fail {
+			return errors.New("the executor could not be reached")
+		}
+		return nil
+	})
+	flaky, _ := s.Open(ctx)
+	reopened := Ref{Client: "default"}
+	if err := s.Ensure(ctx, reopened); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []Ref{flaky, reopened} {
+		if ok, err := s.End(ctx, ref); !ok || err != nil {
+			t.Fatalf("end %v: %v, %v", ref, ok, err)
+		}
+	}
+	if err := s.Ensure(ctx, reopened); err != nil { // its client's next call
+		t.Fatal(err)
+	}
+	fail = false
+	s.EndIdle(ctx, 10) // too soon: the first try may still be under way
+	if len(*ended) != 2 {
+		t.Fatalf("retried before endRetry: %v", *ended)
+	}
+	clock.Advance(endRetry + time.Second)
+	s.Touch(ctx, reopened) // in use: not idle either
+	s.EndIdle(ctx, 10)
+	if len(*ended) != 3 || (*ended)[2] != flaky {
+		t.Fatalf("ended %v; want the failed end tried again, the reopened scope left", *ended)
+	}
+	clock.Advance(endRetry + time.Second)
+	s.Touch(ctx, reopened)
+	s.EndIdle(ctx, 10)
+	if len(*ended) != 3 {
+		t.Errorf("a finished end was tried again: %v", *ended)
 	}
 }

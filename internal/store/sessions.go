@@ -34,8 +34,12 @@ func sessionLiveKey(client, id string) string  { return sessionKey(client, id) +
 func executionKey(runID string) string         { return prefix + "execution:" + runID }
 
 const (
-	sessionsIdleKey = prefix + "mcpsessions:idle"      // sessions by when last used
-	executionsLive  = prefix + "mcpsessions:live-runs" // every session's live executions
+	sessionsIdleKey = prefix + "mcpsessions:idle" // sessions by when last used
+	// sessionsEndingKey holds the sessions ended whose holders have not
+	// all let go yet (their runs, their folder), by when that was last
+	// tried: a process that stops halfway leaves them for the janitor.
+	sessionsEndingKey = prefix + "mcpsessions:ending"
+	executionsLive    = prefix + "mcpsessions:live-runs" // every session's live executions
 	// pendingPrefix marks a place taken in the live sets for an execution
 	// whose run is being made (ReserveExecution).
 	pendingPrefix = "pending:"
@@ -94,19 +98,20 @@ func (s *Store) EndIdleSession(ctx context.Context, ref SessionRef, cutoff time.
 
 func (s *Store) endSession(ctx context.Context, ref SessionRef, cutoff int64) (bool, error) {
 	n, err := endSessionScript.Run(ctx, s.rdb,
-		[]string{sessionKey(ref.Client, ref.ID), sessionsIdleKey, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID)},
-		sessionMember(ref.Client, ref.ID), cutoff).Int()
+		[]string{sessionKey(ref.Client, ref.ID), sessionsIdleKey, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID), sessionsEndingKey},
+		sessionMember(ref.Client, ref.ID), cutoff, s.now().UnixMilli()).Int()
 	if err != nil {
 		return false, fmt.Errorf("end session: %w", err)
 	}
 	return n > 0, nil
 }
 
-// endSessionScript forgets a session unless it was used after a cutoff.
+// endSessionScript forgets a session unless it was used after a cutoff,
+// and records it as ending until its holders have let go (SessionEnded).
 //
 // KEYS[1] the session, KEYS[2] sessions by last use, KEYS[3] its
-// executions, KEYS[4] its live executions
-// ARGV[1] its member in KEYS[2], ARGV[2] the cutoff (Unix ms)
+// executions, KEYS[4] its live executions, KEYS[5] sessions ending
+// ARGV[1] its member in KEYS[2], ARGV[2] the cutoff (Unix ms), ARGV[3] now
 // Returns 1 if it ended the session, 0 if there was none, -1 if it was
 // used since.
 var endSessionScript = redis.NewScript(`
@@ -115,8 +120,48 @@ if used and tonumber(used) > tonumber(ARGV[2]) then return -1 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3], KEYS[4])
+if n > 0 then redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1]) end
 return n
 `)
+
+// SessionOpen reports whether a session is open.
+func (s *Store) SessionOpen(ctx context.Context, ref SessionRef) (bool, error) {
+	n, err := s.rdb.Exists(ctx, sessionKey(ref.Client, ref.ID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read session: %w", err)
+	}
+	return n > 0, nil
+}
+
+// SessionEnded records that what held something of an ended session has
+// let go.
+func (s *Store) SessionEnded(ctx context.Context, ref SessionRef) error {
+	if err := s.rdb.ZRem(ctx, sessionsEndingKey, sessionMember(ref.Client, ref.ID)).Err(); err != nil {
+		return fmt.Errorf("record a session's end: %w", err)
+	}
+	return nil
+}
+
+// EndingSessions returns up to n sessions ended whose holders had not all
+// let go when last tried, before cutoff, and marks them tried now.
+func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
+	members, err := s.rdb.ZRangeByScore(ctx, sessionsEndingKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list ending sessions: %w", err)
+	}
+	out := make([]SessionRef, 0, len(members))
+	now := float64(s.now().UnixMilli())
+	for _, m := range members {
+		if err := s.rdb.ZAddXX(ctx, sessionsEndingKey, redis.Z{Score: now, Member: m}).Err(); err != nil {
+			return nil, fmt.Errorf("list ending sessions: %w", err)
+		}
+		client, id, _ := strings.Cut(m, "\n")
+		out = append(out, SessionRef{Client: client, ID: id})
+	}
+	return out, nil
+}
 
 // IdleSessions returns up to n sessions last used before cutoff.
 func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
