@@ -145,9 +145,7 @@ func (s *Store) SessionEnded(ctx context.Context, ref SessionRef) error {
 // EndingSessions returns up to n sessions ended whose holders had not all
 // let go when last tried, before cutoff, and marks them tried now.
 func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
-	members, err := s.rdb.ZRangeByScore(ctx, sessionsEndingKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
-	}).Result()
+	members, err := s.sessionsBefore(ctx, sessionsEndingKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list ending sessions: %w", err)
 	}
@@ -157,26 +155,36 @@ func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]
 		if err := s.rdb.ZAddXX(ctx, sessionsEndingKey, redis.Z{Score: now, Member: m}).Err(); err != nil {
 			return nil, fmt.Errorf("list ending sessions: %w", err)
 		}
-		client, id, _ := strings.Cut(m, "\n")
-		out = append(out, SessionRef{Client: client, ID: id})
+		out = append(out, sessionRef(m))
 	}
 	return out, nil
 }
 
 // IdleSessions returns up to n sessions last used before cutoff.
 func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
-	members, err := s.rdb.ZRangeByScore(ctx, sessionsIdleKey, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
-	}).Result()
+	members, err := s.sessionsBefore(ctx, sessionsIdleKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
 	}
 	out := make([]SessionRef, 0, len(members))
 	for _, m := range members {
-		client, id, _ := strings.Cut(m, "\n")
-		out = append(out, SessionRef{Client: client, ID: id})
+		out = append(out, sessionRef(m))
 	}
 	return out, nil
+}
+
+// sessionsBefore returns up to n sessions of the index key (a sorted set
+// of sessionMember by Unix ms) scored before cutoff.
+func (s *Store) sessionsBefore(ctx context.Context, key string, cutoff time.Time, n int) ([]string, error) {
+	return s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
+	}).Result()
+}
+
+// sessionRef is the session a sessionMember names.
+func sessionRef(member string) SessionRef {
+	client, id, _ := strings.Cut(member, "\n")
+	return SessionRef{Client: client, ID: id}
 }
 
 // ExecutionLimits bound the live executions of a session and of the
