@@ -19,10 +19,10 @@ import (
 // executor: an owner that is not registered owns nothing), and its pool's
 // slots — unless it beat since it was found dead: one restarted under the
 // same id keeps what it holds by then (store.ReleaseDead decides that and
-// releases in one step). Its other locks need no one: the leader lease, if it held it,
-// lapsed before it could be found dead (leader.TTL is 5 s, against a 10 s
-// heartbeat and a 6 s watch), and the conversations' lock files are
-// flocks, which its kernel released with the process.
+// releases in one step). Its other locks need no one: the leader lease,
+// if it held it, lapsed before it could be found dead (leader.TTL is 5 s,
+// against a 10 s heartbeat and a 6 s watch), and the conversations' lock
+// files are flocks, which its kernel released with the process.
 
 // peerBeatWindow is how long a stopping executor watches its peers'
 // heartbeats: a live one beats every HeartbeatInterval, so one that has

@@ -67,10 +67,11 @@ func (j *sandboxJanitor) reap(ctx context.Context) {
 func (j *sandboxJanitor) reapDead(ctx context.Context) {
 	e := j.e
 	peers, err := e.sandboxes.Peers(ctx)
-	if err != nil || len(peers) == 0 {
-		if err != nil {
-			e.log.Warn("list the sandboxes of other executors", "err", err)
-		}
+	if err != nil {
+		e.log.Warn("list the sandboxes of other executors", "err", err)
+		return
+	}
+	if len(peers) == 0 {
 		return
 	}
 	seen, err := e.store.Beats(ctx, peers...)

@@ -155,16 +155,16 @@ func (s *Service) retryEnds(ctx context.Context, n int) {
 	for _, ref := range ending {
 		// One opened again since (the sessionless scope, at its client's
 		// next call) is in use: what it holds is not let go.
-		if open, err := s.store.SessionOpen(ctx, ref); err != nil || open {
-			if err == nil {
-				err = s.store.SessionEnded(ctx, ref)
-			}
-			if err != nil {
-				s.log.Warn("look at an ending session", "client", ref.Client, "session", ref.ID, "err", err)
-			}
-			continue
+		open, err := s.store.SessionOpen(ctx, ref)
+		if err == nil && open {
+			err = s.store.SessionEnded(ctx, ref)
 		}
-		s.letGo(ctx, ref)
+		switch {
+		case err != nil:
+			s.log.Warn("look at an ending session", "client", ref.Client, "session", ref.ID, "err", err)
+		case !open:
+			s.letGo(ctx, ref)
+		}
 	}
 }
 
