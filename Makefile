@@ -3,7 +3,7 @@ GO ?= go
 # The S3 server the file-store tests run against (Apache-2.0).
 VERSITYGW ?= v1.8.0
 
-.PHONY: run test build images deploy-images deps test-deps vet bench clean
+.PHONY: run test test-e2e-kubernetes build images deploy-images k8s-images deps test-deps versitygw vet bench clean generate
 
 ## run: build what is missing and start the service on the embedded default
 run: deps images build
@@ -12,12 +12,22 @@ run: deps images build
 # The end-to-end tests that run a second time with sandboxes under gVisor.
 RUNSC_TESTS = ^(TestContainment|TestEgress|TestRecycledSandbox|TestMCP|TestREST|TestExecutorCrash|TestExecutorShutdown|TestEmbedded|TestExecutorShutdownLetsRunsFinish|TestPoolForNewConversations)$$
 
+# The end-to-end tests that run a second time with sandboxes as pods of the
+# test cluster (deploy/k8s-cluster): core workflow, kept state, egress,
+# previews, containment, reaping.
+K8S_TESTS = ^(TestMCP|TestREST|TestKeptState|TestKeptStateCancel|TestEgress|TestPreview|TestContainment|TestDeadPeer|TestExecutorCrash)$$
+
 ## test: every test: unit, and integration against real Redis and Docker;
 ## then the containment, recycling and core end-to-end tests under gVisor
 test: test-deps images
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 60m ./...
 	SANDBOX_RUNTIME=runsc $(GO) test -race -count=1 -timeout 30m -run '$(RUNSC_TESTS)' ./e2e
+
+## test-e2e-kubernetes: the end-to-end tests above with SANDBOX_ENGINE=kubernetes,
+## against the single-node cluster of deploy/k8s-cluster (make test-deps)
+test-e2e-kubernetes: test-deps images
+	E2E_ENGINE=kubernetes $(GO) test -race -count=1 -timeout 40m -run '$(K8S_TESTS)' ./e2e
 
 ## bench: start the service on a real redis-server and Docker, measure it
 ## against plain-Docker baselines, print the table (also in var/bench.md)
@@ -40,17 +50,31 @@ images: deps
 deploy-images: deps
 	./deploy/build.sh
 
+## k8s-images: what deploy/kubernetes runs: deploy-images' and runbox-versitygw
+k8s-images: deps versitygw
+	./deploy/build.sh kubernetes
+
 ## deps: install what the machine lacks (apt, when root or with sudo)
 deps:
 	./deploy/deps.sh run
 
 ## test-deps: what the integration tests run against besides Docker:
-## redis-server, chromium, compose (apt), versitygw and Gitea (Go modules)
-test-deps:
+## redis-server, chromium, compose (apt), versitygw and Gitea (Go modules),
+## and a single-node Kubernetes (deploy/k8s-cluster: Go modules and apt)
+test-deps: versitygw
 	./deploy/deps.sh test
+	GO=$(GO) ./deploy/gitea/install.sh
+	GO=$(GO) ./deploy/k8s-cluster/install.sh
+
+## versitygw: the S3 server of the file-store tests and of deploy/kubernetes
+versitygw:
 	@command -v versitygw >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/versitygw" ] || \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW)
-	GO=$(GO) ./deploy/gitea/install.sh
+
+## generate: docs/openapi.yaml and the REST client generated from it
+## (internal/api/apiclient), from the api's route table
+generate:
+	$(GO) generate ./internal/api
 
 vet:
 	$(GO) vet ./...

@@ -39,6 +39,9 @@ const (
 	// EMaxSessions: the Python sandbox PRD's refusal of a new
 	// conversation past SANDBOX_MAX_SESSIONS.
 	EMaxSessions = "max_sessions"
+	// EConversationExists: a conversation was to be made (a fork) under an
+	// id its client uses already.
+	EConversationExists = "conversation_exists"
 )
 
 // The security gateway's codes, which its tools (the git and project

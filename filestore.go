@@ -38,4 +38,26 @@ type FileStore interface {
 	Remove(ctx context.Context, conv string) error
 	// ClientUsage returns the bytes a client's conversations take.
 	ClientUsage(ctx context.Context, client string) (int64, error)
+	// Usage returns the bytes a conversation's files take, as its quota
+	// counts them.
+	Usage(ctx context.Context, conv string) (int64, error)
+	// Fork copies every file of conversation src (installed packages too,
+	// where the store holds them) into dst, which must have none
+	// (EConversationExists otherwise). The copy shares the source's
+	// storage where the store can (reflinks, server-side copies), and
+	// later writes to either never show in the other. It is whole or not
+	// at all: a fork that fails leaves nothing of dst.
+	Fork(ctx context.Context, src, dst string) (Forked, error)
+}
+
+// Forked is what a fork copied.
+type Forked struct {
+	Files int   // regular files copied
+	Bytes int64 // their size
+	// Cloned counts the files copied without their bytes passing through
+	// the service: reflinks on the host, server-side copies on S3.
+	Cloned int
+	// Packages: the store holds the conversation's installed packages, and
+	// they were copied with its files.
+	Packages bool
 }

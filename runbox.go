@@ -51,6 +51,17 @@ type Spec struct {
 	// Filesystem narrows what the program may read and write inside its
 	// sandbox; nil: what the sandbox allows.
 	Filesystem *Filesystem `json:"filesystem,omitempty"`
+	// Secrets names the operator's secrets (SANDBOX_SECRETS_FILE) the
+	// run's requests to their domains carry; its program finds only
+	// placeholders of them in its environment. Names, never values.
+	Secrets []string `json:"secrets,omitempty"`
+	// CallbackURL is where the run's end is told (a webhook); empty: the
+	// client's default, if it has one.
+	CallbackURL string `json:"callback_url,omitempty"`
+	// Pause runs no program: the executor that holds the conversation's
+	// kept interpreter saves its state and lets its sandbox go
+	// (pause_session). Set by the service, never by a client.
+	Pause bool `json:"pause,omitempty"`
 }
 
 // Filesystem is what a program may write and read inside its sandbox,
@@ -89,6 +100,15 @@ type Egress struct {
 	// Reason says why it was refused, or why an allowed one was cut or
 	// failed.
 	Reason string `json:"reason,omitempty"`
+	// Secrets names the secrets the run's requests on this connection
+	// carried (never their values).
+	Secrets []string `json:"secrets,omitempty"`
+	// Count, when set, says how many connections this record stands for:
+	// past a run's first 1000, connections are counted by host, port,
+	// outcome and reason (their bytes added up), so that a program
+	// opening connections in a loop cannot grow its records without
+	// bound.
+	Count int `json:"count,omitempty"`
 }
 
 // TermGrace is how long a program asked to stop (SIGTERM: a cancel
@@ -121,8 +141,18 @@ type Result struct {
 	Cancelled       bool   `json:"cancelled,omitempty"`
 	// StateLost says that a kept-state run did not find the state earlier
 	// runs left: its interpreter was lost (with this run, or since the
-	// last one: idle, evicted, closed, or its executor restarted).
+	// last one: closed, its executor killed, or its state not saved).
 	StateLost bool `json:"state_lost,omitempty"`
+	// StateRestored says that the kept interpreter was restored from a
+	// pause (automatic or asked for) before this run: its variables are
+	// back, but for LostVariables, those that could not be kept (open
+	// sockets, threads, generators).
+	StateRestored bool     `json:"state_restored,omitempty"`
+	LostVariables []string `json:"lost_variables,omitempty"`
+	// StatePaused says, for pause_session, that the state was saved;
+	// StateBytes is what it takes in the conversation's quota.
+	StatePaused bool  `json:"state_paused,omitempty"`
+	StateBytes  int64 `json:"state_bytes,omitempty"`
 	// Running says that a background program still runs: the result is
 	// what it printed until it started (exit_code -1 until it ends).
 	Running bool `json:"running,omitempty"`

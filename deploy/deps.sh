@@ -4,7 +4,7 @@
 # otherwise it stops with the exact command to run.
 #
 # Usage: deploy/deps.sh [run|test]   (test also needs chromium, compose,
-# and gcc and git for Gitea)
+# gcc and git for Gitea, and what the test cluster runs with)
 #
 # gVisor (runsc) is built from its Go module and registered with Docker
 # (deploy/runsc.sh) for the tests, which run sandboxes under it too, and
@@ -25,6 +25,18 @@ if [ "${1:-run}" = test ]; then
   # Gitea (deploy/gitea) is built with SQLite, which needs cgo.
   command -v gcc >/dev/null || need="$need gcc libc6-dev"
   command -v git >/dev/null || need="$need git"
+  # An XFS image, where forks are reflinks (internal/files TestForkReflinks).
+  command -v mkfs.xfs >/dev/null || need="$need xfsprogs"
+  # The single-node Kubernetes the tests run against (deploy/k8s-cluster):
+  # runc and the CNI plugins it runs pods with, what kube-proxy and
+  # kube-router write the firewall with, what makes its certificates.
+  command -v runc >/dev/null || need="$need runc"
+  [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
+  command -v ipset >/dev/null || need="$need ipset"
+  command -v nft >/dev/null || need="$need nftables"
+  command -v iptables >/dev/null || need="$need iptables"
+  command -v openssl >/dev/null || need="$need openssl"
+  command -v curl >/dev/null || need="$need curl"
 fi
 [ -z "$need" ] && exit 0
 

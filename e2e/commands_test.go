@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -461,13 +462,10 @@ try overwrite-secret 'echo y > /data/keep/secret'`, "sandbox_config": rules})
 			t.Fatal(err)
 		}
 		for _, id := range []string{started.ExecutionID, second.ExecutionID} {
-			var run struct {
-				Status string `json:"status"`
-			}
 			deadline := time.Now().Add(30 * time.Second)
-			for s.request(http.MethodGet, "/v1/runs/"+id, nil, &run); run.Status != "cancelled"; s.request(http.MethodGet, "/v1/runs/"+id, nil, &run) {
+			for st := s.runStatus(id); st != runbox.StatusCancelled; st = s.runStatus(id) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s after its session ended: %s", id, run.Status)
+					t.Fatalf("%s after its session ended: %s", id, st)
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
@@ -547,21 +545,19 @@ func TestCommandsSSE(t *testing.T) {
 }
 
 // awaitCancelled waits for an execution whose session ended to be
-// cancelled (REST sees its run).
+// cancelled.
 func awaitCancelled(t *testing.T, s *service, id string) {
 	t.Helper()
-	var run struct {
-		Status string `json:"status"`
-	}
 	deadline := time.Now().Add(time.Minute)
-	for s.request(http.MethodGet, "/v1/runs/"+id, nil, &run); run.Status == "running" || run.Status == "queued"; s.request(http.MethodGet, "/v1/runs/"+id, nil, &run) {
+	st := s.runStatus(id)
+	for ; !st.Final(); st = s.runStatus(id) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the execution runs on after its session ended: %s", run.Status)
+			t.Fatalf("the execution runs on after its session ended: %s", st)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if run.Status != "cancelled" {
-		t.Fatalf("after its session ended: %s", run.Status)
+	if st != runbox.StatusCancelled {
+		t.Fatalf("after its session ended: %s", st)
 	}
 }
 

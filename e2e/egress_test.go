@@ -94,6 +94,7 @@ type egressResult struct {
 		BytesOut int64  `json:"bytes_out"`
 		Allowed  bool   `json:"allowed"`
 		Reason   string `json:"reason"`
+		Count    int    `json:"count"`
 	} `json:"egress"`
 	Packages []string `json:"packages"`
 }
@@ -365,7 +366,7 @@ print(s.recv(400).decode().split("\r\n\r\n")[1].strip())`})
 		}
 		for _, tool := range list.Tools {
 			open := *tool.Annotations.OpenWorldHint
-			if want := slices.Contains([]string{"run_code", "start_run", "execute_code", "execute_code_async"}, tool.Name); open != want {
+			if want := slices.Contains([]string{"run_code", "start_run", "start_batch", "execute_code", "execute_code_async"}, tool.Name); open != want {
 				t.Errorf("%s: openWorldHint %v", tool.Name, open)
 			}
 		}

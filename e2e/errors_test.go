@@ -176,3 +176,26 @@ func TestUnknownRuntime(t *testing.T) {
 		t.Errorf("err %v, output %q: want one line naming the runtime", err, out)
 	}
 }
+
+// TestRunnerListErrors: an executor on Kubernetes without a runner list,
+// or with a list it cannot trust, stops at start with one line that says
+// so, before it reaches any cluster.
+func TestRunnerListErrors(t *testing.T) {
+	redisURL := testenv.Redis(t)
+	bad := testenv.WriteFile(t, "runners.json",
+		`{"runners": [{"image": "runner-python:latest; rm -rf /", "labels": {"sandbox.runner": "true", "sandbox.language": "python"}}]}`)
+	for _, c := range []struct{ file, want string }{
+		{"", "needs SANDBOX_RUNNERS_FILE"},
+		{bad, "runner list " + bad + ": runner 1: image"},
+		{bad + ".missing", "runner list: open"},
+	} {
+		cmd := exec.Command(bin.executor)
+		cmd.Env = append(os.Environ(), "SANDBOX_ROOT="+t.TempDir(), "REDIS_URL="+redisURL, "LOG_LEVEL=error",
+			"SANDBOX_ENGINE=kubernetes", "KUBECONFIG=/nonexistent", "SANDBOX_RUNNERS_FILE="+c.file)
+		out, err := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err == nil || len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+			t.Errorf("file %q: err %v, output %q: want one line with %q", c.file, err, out, c.want)
+		}
+	}
+}

@@ -13,7 +13,8 @@ import (
 // writes a report and a chart; commit_and_push_to_github takes them from
 // the conversation by path and opens a pull request on a real Gitea, in
 // one commit; read_github_file reads the report back; /readyz checks the
-// token.
+// token. Links out of /data and CI files a program wrote are not handed
+// over.
 func TestGitExport(t *testing.T) {
 	g := testenv.StartGitea(t)
 	g.CreateUser("owner")
@@ -127,6 +128,32 @@ print("done")
 	var branch map[string]any
 	if g.API("GET", "/repos/owner/reports/branches/runbox/escape", g.AdminToken, nil, &branch) != 404 {
 		t.Error("a link out of /data was committed")
+	}
+
+	// What a forge or a CI service would run when the branch is pushed is
+	// not handed over, whatever the program named it and wherever it is
+	// put.
+	r = runCode(t, cs, map[string]any{"language": "bash", "conversationId": "weekly", "code": "mkdir -p /data/.forgejo/workflows /data/ci " +
+		"&& printf 'on: push\\njobs: {x: {steps: [{run: env}]}}\\n' > /data/.forgejo/workflows/ci.yml " +
+		"&& cp /data/.forgejo/workflows/ci.yml /data/Jenkinsfile && cp /data/Jenkinsfile /data/ci/.Woodpecker.yml && echo ok"})
+	if !r.Success {
+		t.Fatalf("CI files: %+v", r)
+	}
+	for _, args := range []map[string]any{
+		{"paths": []string{".forgejo/workflows/ci.yml"}},
+		{"paths": []string{"/data/Jenkinsfile"}},
+		{"paths": []string{"/mnt/data/ci/.Woodpecker.yml"}},
+		{"paths": []string{"report.md", "Jenkinsfile"}},
+		{"paths": []string{"report.md"}, "target_dir": "app/.CircleCI"},
+	} {
+		args["repo_id"], args["branch"], args["conversationId"], args["commit_message"] = "reports", "runbox/ci", "weekly", "m"
+		var e toolError
+		if res := call(t, cs, "commit_and_push_to_github", args, &e); !res.IsError || e.Error != "PERMISSION_DENIED" {
+			t.Errorf("%v: %s", args, text(res))
+		}
+	}
+	if g.API("GET", "/repos/owner/reports/branches/runbox/ci", g.AdminToken, nil, &branch) != 404 {
+		t.Error("a CI file was committed")
 	}
 
 	if _, ready := testenv.Ready(t, s.url); ready["git"] != "ok" {

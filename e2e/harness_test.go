@@ -22,11 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox/internal/config"
-	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -52,7 +50,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	// The test cluster, if a test started it (E2E_ENGINE=kubernetes),
+	// stops after the tests.
+	code := testenv.KubernetesMain(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -67,7 +67,8 @@ type service struct {
 	root     string
 	secret   string
 	env      []string
-	docker   *client.Client
+	// sandboxes are those of the executors' engine.
+	sandboxes sandboxes
 
 	// s3 is the remote file store, when the service uses one; each
 	// executor then has a SANDBOX_ROOT of its own under rootsDir, in roots.
@@ -117,14 +118,15 @@ type options struct {
 func start(t *testing.T, o options) *service {
 	t.Helper()
 	port := testenv.FreePort(t)
+	sandboxes, engineEnv := engineFor(t)
 	s := &service{
-		t:      t,
-		url:    fmt.Sprintf("http://127.0.0.1:%d", port),
-		root:   t.TempDir(),
-		secret: "e2e-file-secret-" + rand.Text(),
-		docker: testenv.Docker(t),
+		t:         t,
+		url:       fmt.Sprintf("http://127.0.0.1:%d", port),
+		root:      t.TempDir(),
+		secret:    "e2e-file-secret-" + rand.Text(),
+		sandboxes: sandboxes,
 	}
-	s.env = append(os.Environ(),
+	s.env = append(append(os.Environ(), engineEnv...),
 		"MCP_HTTP_ADDR=127.0.0.1:"+fmt.Sprint(port),
 		"MCP_API_TOKEN="+token,
 		"SANDBOX_ROOT="+s.root,
@@ -220,47 +222,20 @@ func (s *service) stop() {
 	}
 }
 
-// containers counts the containers of an executor.
-func (s *service) containers(executor string) int {
-	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+executor),
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return len(res.Items)
-}
+// containers counts the sandboxes (containers or pods) of an executor.
+func (s *service) containers(executor string) int { return len(s.containerIDs(executor)) }
 
-// containerIDs returns the ids (12 hex digits, as a container's hostname)
-// of an executor's containers.
+// containerIDs returns the host names (a container's 12 hex digits, a
+// pod's name) of an executor's sandboxes.
 func (s *service) containerIDs(executor string) map[string]bool {
-	res, err := s.docker.ContainerList(context.Background(), client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+executor),
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ids := map[string]bool{}
-	for _, c := range res.Items {
-		ids[c.ID[:12]] = true
-	}
-	return ids
+	return s.sandboxes.hosts(s.t, executor)
 }
 
-// containerExists reports whether a container (by id or hostname) exists.
-func (s *service) containerExists(id string) bool {
-	_, err := s.docker.ContainerInspect(context.Background(), strings.TrimSpace(id), client.ContainerInspectOptions{})
-	return err == nil
-}
+// containerExists reports whether a sandbox (by host name) exists.
+func (s *service) containerExists(id string) bool { return s.sandboxes.exists(s.t, id) }
 
-// containerExecutor returns the executor a container belongs to.
-func (s *service) containerExecutor(id string) string {
-	info, err := s.docker.ContainerInspect(context.Background(), strings.TrimSpace(id), client.ContainerInspectOptions{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return info.Container.Config.Labels[sandbox.LabelExecutor]
-}
+// containerExecutor returns the executor a sandbox belongs to.
+func (s *service) containerExecutor(id string) string { return s.sandboxes.executorOf(s.t, id) }
 
 func (s *service) waitReady() {
 	s.t.Helper()
@@ -339,6 +314,8 @@ type result struct {
 	Error           string     `json:"error"`
 	Cancelled       bool       `json:"cancelled"`
 	StateLost       bool       `json:"state_lost"`
+	StateRestored   bool       `json:"state_restored"`
+	LostVariables   []string   `json:"lost_variables"`
 	Phase           string     `json:"phase"`
 }
 

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +300,97 @@ func TestBackgroundIdle(t *testing.T) {
 	}
 	if code, _ := s.browse(t, u, nil); code != http.StatusOK {
 		t.Errorf("the browsed server after the quiet one ended: %d", code)
+	}
+}
+
+// TestPreviewStreams: through a real preview, a WebSocket ends once idle
+// both ways for PREVIEW_WS_IDLE, a conversation holds at most
+// PREVIEW_MAX_STREAMS_PER_CONVERSATION of them (429 past it, a place
+// back once one ends), and the server's Clear-Site-Data never reaches
+// the browser.
+func TestPreviewStreams(t *testing.T) {
+	s := start(t, options{env: []string{"PREVIEW_WS_IDLE=4s", "PREVIEW_MAX_STREAMS_PER_CONVERSATION=2"}})
+	cs := s.session(nil)
+	server := strings.Replace(bench.NodeEchoServer, "(req, res) => res.end(", `(req, res) => res.setHeader('Clear-Site-Data', '"cookies"').end(`, 1)
+	background(t, cs, "typescript", "streams", server)
+	u := previewURL(t, cs, "streams", 3000)
+	resp, err := s.browser().Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Clear-Site-Data") != "" {
+		t.Errorf("GET: %d, Clear-Site-Data %q", resp.StatusCode, resp.Header.Get("Clear-Site-Data"))
+	}
+
+	// upgrade returns a WebSocket to the preview, or the status that
+	// refused it.
+	upgrade := func() (*websocket.Conn, int) {
+		t.Helper()
+		cfg, _ := websocket.NewConfig(strings.Replace(u, "http://", "ws://", 1)+"echo", u)
+		raw, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws, err := websocket.NewClient(cfg, raw); err == nil {
+			t.Cleanup(func() { ws.Close() })
+			return ws, http.StatusSwitchingProtocols
+		}
+		raw.Close()
+		req, _ := http.NewRequest(http.MethodGet, u+"echo", nil)
+		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
+			req.Header.Set(k, v)
+		}
+		resp, err := s.browser().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return nil, resp.StatusCode
+	}
+	echo := func(ws *websocket.Conn, m string) error {
+		_ = ws.SetDeadline(time.Now().Add(30 * time.Second))
+		if err := websocket.Message.Send(ws, m); err != nil {
+			return err
+		}
+		var got string
+		if err := websocket.Message.Receive(ws, &got); err != nil || got != m {
+			return fmt.Errorf("echo %q: %q, %v", m, got, err)
+		}
+		return nil
+	}
+	first, code := upgrade()
+	second, code2 := upgrade()
+	if code != http.StatusSwitchingProtocols || code2 != http.StatusSwitchingProtocols {
+		t.Fatalf("two streams: %d %d", code, code2)
+	}
+	if _, code := upgrade(); code != http.StatusTooManyRequests {
+		t.Errorf("a third stream to the conversation: %d", code)
+	}
+	// Used, a stream lives past the idle time; left alone, it ends.
+	for i := range 3 {
+		if err := echo(first, fmt.Sprint("message ", i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	var m string
+	_ = second.SetReadDeadline(time.Now().Add(time.Minute))
+	if err := websocket.Message.Receive(second, &m); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("an idle stream lived on: %v", err)
+	}
+	// Its place came back.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ws, code := upgrade()
+		if code == http.StatusSwitchingProtocols {
+			if err := echo(ws, "again"); err != nil {
+				t.Error(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a stream ended: %d", code)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"os/exec"
 	"strings"
 	"testing"
@@ -124,5 +125,82 @@ func TestReactProject(t *testing.T) {
 	call(t, cs, "get_sandbox_output", map[string]any{"sandbox_id": created.SandboxID, "output_type": "preview_url"}, &u)
 	if code, _ := s.browse(t, u.Output, nil); code != 200 {
 		t.Errorf("get_sandbox_output preview_url: %q answers %d", u.Output, code)
+	}
+}
+
+// TestNodeProjectEntry: the node template runs the project's own entry
+// when the client brings one — the gateway's clients send index.js, in
+// its record form of files — and the template's server.js otherwise:
+// package.json's start script first, then its main, then index.js. The
+// project starts again each time write_files_to_sandbox changes it (Node
+// 18's own watch mode saw the first change only).
+func TestNodeProjectEntry(t *testing.T) {
+	s := start(t, options{})
+	cs := s.session(nil)
+	server := func(says string) string {
+		return `require('node:http').createServer((req, res) => res.end(` + "`" + says + "`" + `)).listen(process.env.PORT || 3000);` + "\n"
+	}
+	// body waits until the preview answers with want.
+	body := func(t *testing.T, previewURL, want string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			code, got := s.browse(t, previewURL, nil)
+			if code == 200 && got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s answers %d %q, want %q", previewURL, code, got, want)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		files map[string]any
+		want  string
+	}{
+		{"index.js, as the gateway's clients send it", map[string]any{"index.js": server("from index.js")}, "from index.js"},
+		{"package.json's start script", map[string]any{
+			"package.json": `{"scripts": {"start": "node app.js"}, "main": "index.js"}`,
+			"app.js":       server("from the start script"), "index.js": server("from index.js"),
+		}, "from the start script"},
+		{"package.json's main", map[string]any{
+			"package.json": `{"main": "src/main.js"}`, "src/main.js": server("from main"), "index.js": server("from index.js"),
+		}, "from main"},
+		{"nothing of its own: the template's server.js", nil, "<!doctype html><title>node</title><h1>Hello from Node.js</h1>\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := map[string]any{"project_name": "entry", "template": "node"}
+			if tt.files != nil {
+				args["initial_files"] = tt.files
+			}
+			var created struct {
+				SandboxID  string `json:"sandbox_id"`
+				PreviewURL string `json:"preview_url"`
+			}
+			if res := call(t, cs, "create_sandbox_for_project", args, &created); res.IsError {
+				t.Fatalf("create_sandbox_for_project: %s", text(res))
+			}
+			defer call(t, cs, "close_session", map[string]any{"conversationId": created.SandboxID}, nil)
+			body(t, created.PreviewURL, tt.want)
+			if tt.name != "index.js, as the gateway's clients send it" {
+				return
+			}
+			// The entry restarts with its change, written in either form.
+			for i, files := range []any{
+				map[string]any{"index.js": server("changed once")},
+				[]map[string]any{{"path": "index.js", "content": base64.StdEncoding.EncodeToString([]byte(server("changed twice"))), "encoding": "base64"}},
+			} {
+				var written struct {
+					Success bool `json:"success"`
+				}
+				if res := call(t, cs, "write_files_to_sandbox", map[string]any{"sandbox_id": created.SandboxID, "files": files}, &written); res.IsError || !written.Success {
+					t.Fatalf("write_files_to_sandbox: %s", text(res))
+				}
+				body(t, created.PreviewURL, []string{"changed once", "changed twice"}[i])
+			}
+			sandboxOutput(t, cs, created.SandboxID, "build_output", "starting the project (index.js)")
+		})
 	}
 }

@@ -122,8 +122,9 @@ print(z, zygote(z), zygote(t))`
 	if zygote, spawned, _ := strings.Cut(strings.TrimSpace(z.Stdout), " "); zygote == zygoteA || spawned != "True True" {
 		t.Errorf("the third conversation's zygote: %q (pid, from a zygote, spawned by a zygote); the first's was %s", z.Stdout, zygoteA)
 	}
-	// The first conversation still has its file, in a sandbox of its own.
-	if got := py("first", "print(open('/data/secret.txt').read(), 'secret' in globals())", true); got.Stdout != "A False\n" || !got.StateLost {
+	// The first conversation still has its file, in a sandbox of its own,
+	// and its kept variables: they were saved when its sandbox was recycled.
+	if got := py("first", "print(open('/data/secret.txt').read(), 'secret' in globals())", true); got.Stdout != "A True\n" || got.StateLost || !got.StateRestored {
 		t.Errorf("the first conversation afterwards: %+v", got)
 	}
 

@@ -23,17 +23,33 @@ import (
 func previewRows(ctx context.Context, svc *service, cs *mcp.ClientSession, n int) ([]row, error) {
 	api := strings.TrimPrefix(svc.url, "http://")
 	via := bench.Via(api)
-	var rows []row
+	page, err := previewPageRow(ctx, cs, via, n)
+	if err != nil {
+		return nil, err
+	}
+	echo, err := previewEchoRow(ctx, cs, api, n)
+	if err != nil {
+		return nil, err
+	}
+	project, err := projectRow(ctx, cs, via)
+	if err != nil {
+		return nil, err
+	}
+	return []row{page, echo, project}, nil
+}
 
+// previewPageRow measures GETs of a 10 KB page through a preview (via:
+// the client that reaches the api) and straight to a container.
+func previewPageRow(ctx context.Context, cs *mcp.ClientSession, via *http.Client, n int) (row, error) {
 	log.Print("preview: GET of a 10 KB page, through the preview URL and straight to a container")
 	page := bench.PythonPageServer(10 << 10)
 	u, err := backgroundPreview(ctx, cs, "python", "bench-preview", page, 8000)
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	through, err := bench.Gets(ctx, via, u, 20, n)
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	direct, err := publishedTimes(ctx, "runner-python", 8000, "", func(p *bench.Published) ([]time.Duration, error) {
 		c := bench.Via(p.Addr)
@@ -43,55 +59,64 @@ func previewRows(ctx context.Context, svc *service, cs *mcp.ClientSession, n int
 		return bench.Gets(ctx, c, "http://"+p.Addr+"/", 20, n)
 	}, "python3", "-c", page)
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	t, d := bench.Summarize(through), bench.Summarize(direct)
-	rows = append(rows, row{
+	return row{
 		measure:  "preview `GET /` of a 10 KB page (Python `http.server`, keep-alive), sequential",
 		result:   pair(t),
 		baseline: "straight to the container " + ms(d.Median),
 		ratio:    ratio(t.Median, d.Median),
 		target:   "≤ direct + 5 ms p50",
 		met:      t.Median-d.Median <= 5*time.Millisecond,
-	})
+	}, nil
+}
 
+// previewEchoRow measures a WebSocket echo's round trip through a
+// preview (api is the api's address) and straight to a container.
+func previewEchoRow(ctx context.Context, cs *mcp.ClientSession, api string, n int) (row, error) {
 	log.Print("preview: WebSocket echo round trip")
-	u, err = backgroundPreview(ctx, cs, "typescript", "bench-ws", bench.NodeEchoServer, 3000)
+	u, err := backgroundPreview(ctx, cs, "typescript", "bench-ws", bench.NodeEchoServer, 3000)
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
-	through, err = bench.Echoes(strings.Replace(u, "http://", "ws://", 1)+"echo", api, 50, 4*n)
+	through, err := bench.Echoes(strings.Replace(u, "http://", "ws://", 1)+"echo", api, 50, 4*n)
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	dir, err := os.MkdirTemp("", "runbox-bench-ws-")
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o777)
 	if err := os.WriteFile(filepath.Join(dir, "server.ts"), []byte(bench.NodeEchoServer), 0o644); err != nil {
-		return nil, err
+		return row{}, err
 	}
-	direct, err = publishedTimes(ctx, "runner-typescript", 3000, dir, func(p *bench.Published) ([]time.Duration, error) {
+	direct, err := publishedTimes(ctx, "runner-typescript", 3000, dir, func(p *bench.Published) ([]time.Duration, error) {
 		if err := firstOK(ctx, bench.Via(p.Addr), "http://"+p.Addr+"/"); err != nil {
 			return nil, err
 		}
 		return bench.Echoes("ws://"+p.Addr+"/echo", p.Addr, 50, 4*n)
 	}, "/opt/runbox/run-typescript", "/data/server.ts")
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
-	t, d = bench.Summarize(through), bench.Summarize(direct)
-	rows = append(rows, row{
+	t, d := bench.Summarize(through), bench.Summarize(direct)
+	return row{
 		measure:  "preview WebSocket echo round trip (32 bytes), one connection",
 		result:   pair(t),
 		baseline: "straight to the container " + ms(d.Median),
 		ratio:    ratio(t.Median, d.Median),
 		target:   "≤ direct + 2 ms p50",
 		met:      t.Median-d.Median <= 2*time.Millisecond,
-	})
+	}, nil
+}
 
+// projectRow measures create_sandbox_for_project (react) to its first page
+// through its preview (via: the client that reaches the api), beside
+// `docker run` of the template to its first page.
+func projectRow(ctx context.Context, cs *mcp.ClientSession, via *http.Client) (row, error) {
 	log.Print("preview: create_sandbox_for_project (react) to the first page")
 	var created, started []time.Duration
 	for range 3 {
@@ -99,42 +124,41 @@ func previewRows(ctx context.Context, svc *service, cs *mcp.ClientSession, n int
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_sandbox_for_project", Arguments: map[string]any{
 			"project_name": "bench", "template": "react"}})
 		if err != nil {
-			return nil, err
+			return row{}, err
 		}
 		var p struct {
 			PreviewURL string `json:"preview_url"`
 		}
 		b, _ := json.Marshal(res.StructuredContent)
 		if res.IsError || json.Unmarshal(b, &p) != nil {
-			return nil, fmt.Errorf("create_sandbox_for_project: %s", b)
+			return row{}, fmt.Errorf("create_sandbox_for_project: %s", b)
 		}
 		if err := firstOK(ctx, via, p.PreviewURL); err != nil {
-			return nil, err
+			return row{}, err
 		}
 		created = append(created, time.Since(start))
 
 		start = time.Now()
 		pub, err := bench.Publish(ctx, "runner-template-react:"+runnerTag(), 3000, "", "/opt/runbox/template/start")
 		if err != nil {
-			return nil, err
+			return row{}, err
 		}
 		err = firstOK(ctx, bench.Via(pub.Addr), "http://"+pub.Addr+"/")
 		pub.Remove()
 		if err != nil {
-			return nil, err
+			return row{}, err
 		}
 		started = append(started, time.Since(start))
 	}
-	t, d = bench.Summarize(created), bench.Summarize(started)
-	rows = append(rows, row{
+	t, d := bench.Summarize(created), bench.Summarize(started)
+	return row{
 		measure:  "`create_sandbox_for_project` (react) → first successful preview `GET /`",
 		result:   pair(t),
 		baseline: "`docker run` of the template → first `GET /` " + ms(d.Median),
 		ratio:    ratio(t.Median, d.Median),
 		target:   "measured",
 		met:      true,
-	})
-	return rows, nil
+	}, nil
 }
 
 // onlyPreviews starts the service and measures previews alone.

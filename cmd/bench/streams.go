@@ -13,10 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/runbox-dev/runbox/internal/bench"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker"
 )
 
 // webServer serves a small page on 8000, in a sandbox or a container.
@@ -39,15 +38,12 @@ http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
 // same server in a container on Docker's bridge network.
 func dialPortRow(ctx context.Context, n int) (row, error) {
 	log.Print("GET through DialPort vs straight to a container on the bridge")
-	docker, err := client.New(client.FromEnv)
+	engine, err := docker.Open(ctx, docker.Options{})
 	if err != nil {
 		return row{}, err
 	}
-	defer docker.Close()
-	if _, err := docker.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return row{}, err
-	}
-	m := sandbox.NewManager(docker, sandbox.Options{ExecutorID: "bench-" + strings.ToLower(rand.Text()[:8]),
+	defer engine.Close()
+	m := sandbox.NewManager(engine, sandbox.Options{ExecutorID: "bench-" + strings.ToLower(rand.Text()[:8]),
 		Limits:  sandbox.Limits{Memory: 512 << 20, NanoCPUs: 1e9, Pids: 128},
 		MaxWarm: sandbox.WarmLimits{Default: 1}, ImageTag: runnerTag()})
 	defer m.Shutdown(context.WithoutCancel(ctx))

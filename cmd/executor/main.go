@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -54,19 +55,24 @@ func run() error {
 	defer rds.Close()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	elector := leader.NewElector(store.New(rds.Client), "executor-"+cfg.ExecutorID, clockwork.NewRealClock(), log)
+	// Every command's reply is watched for Redis refusing writes.
+	writes := rds.Conn.WatchWrites(registry, log)
+	// What runs cost in waits on Redis (make bench reads it).
+	rds.Conn.CountRoundTrips(registry)
+	elector := leader.NewElector(store.New(rds.Conn), "executor-"+cfg.ExecutorID, clockwork.NewRealClock(), log)
 	if err := elector.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	defer elector.Stop()
-	ex, err := app.StartExecutor(ctx, cfg, rds.Client, elector, registry, log, true)
+	ex, err := app.StartExecutor(ctx, cfg, rds.Conn, elector, registry, log, true)
 	if err != nil {
 		return err
 	}
 	defer ex.Close()
 	if cfg.MetricsAddr != "" {
-		srv := &http.Server{Addr: cfg.MetricsAddr, Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
-			ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Addr: cfg.MetricsAddr, Handler: monitor(registry, func(ctx context.Context) error {
+			return writes.Check(ctx)
+		}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server", "err", err)
@@ -79,4 +85,27 @@ func run() error {
 	log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	ex.Shutdown(context.Background())
 	return nil
+}
+
+// monitor serves /metrics, and /healthz and /readyz: ready while Redis
+// answers and accepts writes.
+func monitor(registry *prometheus.Registry, redisReady func(context.Context) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := redisReady(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"redis":"unavailable"}`)
+			return
+		}
+		io.WriteString(w, `{"redis":"ok"}`)
+	})
+	return mux
 }

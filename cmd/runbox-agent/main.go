@@ -7,7 +7,9 @@
 // RUNBOX_USER=uid:gid in its environment starts programs, the zygote and
 // its template as that user instead of the agent's own (the executor sets
 // it, and starts the agent as root with a few capabilities, under gVisor:
-// see agent.Config.User).
+// see agent.Config.User). RUNBOX_AWAIT_INPUT=1 has it read one byte of
+// input before its hello (the Kubernetes engine's executor attaches to a
+// running container, then sends it).
 //
 // runbox-agent -landlock-exec RULES -- PROGRAM... is how the agent starts a
 // program it must hold to filesystem rules (agent.LandlockExec).
@@ -38,33 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox:", err)
 		os.Exit(126)
 	}
-	ext := flag.String("ext", "", "file extension of programs, without the dot")
-	dir := flag.String("dir", "/data", "working directory of programs")
-	scratch := flag.String("scratch", "/tmp/runbox", "folder the program file is written to")
-	sweep := flag.Bool("sweep", false, "kill every other process of the sandbox after each run")
-	skel := flag.String("skel", "", "folder whose contents are copied into /tmp at start (caches)")
-	zygote := flag.String("zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
-	preload := flag.String("preload", "", "modules the zygote imports, comma-separated (or, with -prestart, code), once a program matches -preload-when")
-	preloadWhen := flag.String("preload-when", "", "regular expression over a program's source that triggers -preload")
-	proxy := flag.String("proxy", agent.ProxyAddr, "where programs reach the executor's egress proxy, on the sandbox's loopback; empty: nowhere")
-	proxySocket := flag.String("proxy-socket", agent.ProxySocket, "the executor's proxy socket, tried first for connections to the proxy listener; empty: none")
-	compile := flag.String("compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
-	prestart := flag.Bool("prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
-	prelude := flag.String("prelude", "", "with -prestart: code the pre-started process runs first (it starts in /: e.g. a change to the programs' folder)")
-	execDir := flag.String("exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
-	flag.Parse()
-	// A compiled language builds each program; a zygote forks it; a
-	// pre-started process reads it: one way per image.
-	ways := 0
-	for _, set := range []bool{*compile != "", *zygote != "", *prestart} {
-		if set {
-			ways++
-		}
-	}
-	if *ext == "" || flag.NArg() == 0 || (*compile != "" && *execDir == "") || ways > 1 {
-		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...")
-		os.Exit(2)
-	}
+	opts := parseFlags()
 	// Programs run as the agent's own user. Not dumpable, the agent's
 	// /proc entries belong to root: no program can open its stdin or
 	// stdout (the executor's frames) through /proc/<pid>/fd, read its
@@ -83,42 +59,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent: forbid POSIX message queues:", err)
 		os.Exit(1)
 	}
-	if *skel != "" {
-		if err := agent.CopyTree(*skel, "/tmp", user); err != nil {
+	if opts.skel != "" {
+		if err := agent.CopyTree(opts.skel, "/tmp", user); err != nil {
 			fmt.Fprintln(os.Stderr, "runbox-agent: copy skeleton:", err)
 		}
 	}
-	var when *regexp.Regexp
-	if *preloadWhen != "" {
-		if when, err = regexp.Compile(*preloadWhen); err != nil {
-			fmt.Fprintln(os.Stderr, "runbox-agent: -preload-when:", err)
-			os.Exit(2)
-		}
-	}
-	wipe := []string{"/tmp", "/dev/shm", "/dev/mqueue"}
-	if *execDir != "" {
-		wipe = append(wipe, *execDir)
-	}
-	cfg := agent.Config{
-		Launch:      flag.Args(),
-		Ext:         *ext,
-		Dir:         *dir,
-		Scratch:     *scratch,
-		Sweep:       *sweep,
-		Env:         programEnv(os.Environ()),
-		OOMKills:    agent.CgroupOOMKills,
-		Zygote:      strings.Fields(*zygote),
-		Preload:     *preload,
-		PreloadWhen: when,
-		Skel:        *skel,
-		Wipe:        wipe,
-		Proxy:       *proxy,
-		ProxySocket: *proxySocket,
-		User:        user,
-		Compile:     strings.Fields(*compile),
-		ExecDir:     *execDir,
-		Prestart:    *prestart,
-		Prelude:     *prelude,
+	cfg, err := opts.config(user)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
+		os.Exit(2)
 	}
 	// One thread runs the agent's goroutines: each step of a run hands
 	// over from one goroutine to another (a frame read, the program's
@@ -129,30 +78,135 @@ func main() {
 	// so no system call holds the thread for long; the agent's work is
 	// small beside a program's.
 	runtime.GOMAXPROCS(1)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	if os.Getpid() == 1 {
-		// As the container's init, the agent gets only the signals it
-		// handles from processes of its container; catching these and
-		// dropping them, no program can end it. (Caught, not ignored: an
-		// ignored signal stays ignored in every program the agent
-		// starts, which could then not be asked to stop, nor trap it.)
-		// The executor ends it by closing its input or by killing the
-		// container.
-		dropped := make(chan os.Signal, 16)
-		signal.Notify(dropped, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
-			syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN,
-			syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR)
-		go func() {
-			for range dropped {
-			}
-		}()
-	} else {
-		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-		defer stop()
+	if os.Getenv("RUNBOX_AWAIT_INPUT") == "1" {
+		awaitInput()
 	}
+	ctx, stop := serveContext()
+	defer stop()
 	if err := agent.Serve(ctx, cfg, pollable(os.Stdin), pollable(os.Stdout)); err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the agent's flags.
+type options struct {
+	ext, dir, scratch, skel      string
+	sweep                        bool
+	zygote, preload, preloadWhen string
+	proxy, proxySocket           string
+	compile                      string
+	prestart                     bool
+	prelude, execDir             string
+	launch                       []string
+}
+
+// parseFlags reads the flags; it exits with the usage when they do not
+// make an agent.
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.ext, "ext", "", "file extension of programs, without the dot")
+	flag.StringVar(&o.dir, "dir", "/data", "working directory of programs")
+	flag.StringVar(&o.scratch, "scratch", "/tmp/runbox", "folder the program file is written to")
+	flag.BoolVar(&o.sweep, "sweep", false, "kill every other process of the sandbox after each run")
+	flag.StringVar(&o.skel, "skel", "", "folder whose contents are copied into /tmp at start (caches)")
+	flag.StringVar(&o.zygote, "zygote", "", "command of a zygote that forks programs, space-separated (e.g. python3 /opt/runbox/zygote.py)")
+	flag.StringVar(&o.preload, "preload", "", "modules the zygote imports, comma-separated (or, with -prestart, code), once a program matches -preload-when")
+	flag.StringVar(&o.preloadWhen, "preload-when", "", "regular expression over a program's source that triggers -preload")
+	flag.StringVar(&o.proxy, "proxy", agent.ProxyAddr, "where programs reach the executor's egress proxy, on the sandbox's loopback; empty: nowhere")
+	flag.StringVar(&o.proxySocket, "proxy-socket", agent.ProxySocket, "the executor's proxy socket, tried first for connections to the proxy listener; empty: none")
+	flag.StringVar(&o.compile, "compile", "", "command that builds a program before it runs, space-separated: {src} is its file name, {out} the folder it writes, which LAUNCH names as {out}")
+	flag.BoolVar(&o.prestart, "prestart", false, "start each run's process ahead, reading its source from /dev/fd/3 ({src} in LAUNCH); -preload is then code it runs first once a program matched -preload-when")
+	flag.StringVar(&o.prelude, "prelude", "", "with -prestart: code the pre-started process runs first (it starts in /: e.g. a change to the programs' folder)")
+	flag.StringVar(&o.execDir, "exec-dir", "", "folder programs may execute files from (a tmpfs without noexec), where compiled programs are cached; a reset wipes it")
+	flag.Parse()
+	o.launch = flag.Args()
+	// A compiled language builds each program; a zygote forks it; a
+	// pre-started process reads it: one way per image.
+	ways := 0
+	for _, set := range []bool{o.compile != "", o.zygote != "", o.prestart} {
+		if set {
+			ways++
+		}
+	}
+	if o.ext == "" || len(o.launch) == 0 || (o.compile != "" && o.execDir == "") || ways > 1 {
+		fmt.Fprintln(os.Stderr, "usage: runbox-agent -ext=EXT [-sweep] [-skel=DIR] [-zygote=CMD | -prestart | -compile=CMD -exec-dir=DIR] -- LAUNCH...")
+		os.Exit(2)
+	}
+	return o
+}
+
+// config is the agent's configuration as the flags say, programs running
+// as user (nil: the agent's own).
+func (o options) config(user *syscall.Credential) (agent.Config, error) {
+	var when *regexp.Regexp
+	if o.preloadWhen != "" {
+		var err error
+		if when, err = regexp.Compile(o.preloadWhen); err != nil {
+			return agent.Config{}, fmt.Errorf("-preload-when: %w", err)
+		}
+	}
+	wipe := []string{"/tmp", "/dev/shm", "/dev/mqueue"}
+	if o.execDir != "" {
+		wipe = append(wipe, o.execDir)
+	}
+	return agent.Config{
+		Launch:      o.launch,
+		Ext:         o.ext,
+		Dir:         o.dir,
+		Scratch:     o.scratch,
+		Sweep:       o.sweep,
+		Env:         programEnv(os.Environ()),
+		OOMKills:    agent.CgroupOOMKills,
+		Zygote:      strings.Fields(o.zygote),
+		Preload:     o.preload,
+		PreloadWhen: when,
+		Skel:        o.skel,
+		Wipe:        wipe,
+		Proxy:       o.proxy,
+		ProxySocket: o.proxySocket,
+		User:        user,
+		Compile:     strings.Fields(o.compile),
+		ExecDir:     o.execDir,
+		Prestart:    o.prestart,
+		Prelude:     o.prelude,
+	}, nil
+}
+
+// serveContext is the context Serve runs under: as the container's init,
+// one no signal ends; otherwise one SIGTERM or an interrupt cancels.
+func serveContext() (context.Context, context.CancelFunc) {
+	ctx, stop := context.WithCancel(context.Background())
+	if os.Getpid() != 1 {
+		sctx, sstop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		return sctx, func() { sstop(); stop() }
+	}
+	// As the container's init, the agent gets only the signals it
+	// handles from processes of its container; catching these and
+	// dropping them, no program can end it. (Caught, not ignored: an
+	// ignored signal stays ignored in every program the agent
+	// starts, which could then not be asked to stop, nor trap it.)
+	// The executor ends it by closing its input or by killing the
+	// container.
+	dropped := make(chan os.Signal, 16)
+	signal.Notify(dropped, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+		syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGTSTP, syscall.SIGTTIN,
+		syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR)
+	go func() {
+		for range dropped {
+		}
+	}()
+	return ctx, stop
+}
+
+// awaitInput reads one byte of stdin, the executor's sign that it is
+// there: a Kubernetes executor attaches to a container that already runs,
+// and what the agent wrote before that (its hello) went to the
+// container's log, never to the executor.
+func awaitInput() {
+	var b [1]byte
+	if _, err := os.Stdin.Read(b[:]); err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent: await input:", err)
 		os.Exit(1)
 	}
 }

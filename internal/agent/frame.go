@@ -60,6 +60,11 @@ type Run struct {
 	// Filesystem, when set, narrows what the program may read and write
 	// (landlock.go); only for images that start programs directly.
 	Filesystem *Rules `json:"filesystem,omitempty"`
+	// Trust, when set, is a PEM certificate the program's TLS clients
+	// trust besides the image's roots: the agent writes it, and a bundle
+	// of it and the image's roots, where TrustEnv's variables say
+	// (trust.go).
+	Trust string `json:"trust,omitempty"`
 }
 
 // Hello is the agent's first frame.

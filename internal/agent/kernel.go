@@ -29,8 +29,9 @@ const (
 	interruptRepeat = 100 * time.Millisecond
 	// kernelStartTimeout bounds the wait for a new kernel's first word.
 	kernelStartTimeout = 10 * time.Second
-	// kernelMaxMessage bounds one message from a kernel.
-	kernelMaxMessage = 4096
+	// kernelMaxMessage bounds one message from a kernel: a snapshot's
+	// answer names up to 64 variables.
+	kernelMaxMessage = 16 << 10
 )
 
 type kernel struct {
@@ -46,6 +47,15 @@ type kernelMessage struct {
 	Ready bool `json:"ready"`
 	Seq   int  `json:"seq"`
 	Done  *int `json:"done"`
+	// A snapshot's answer (state.go): how many variables were saved or
+	// restored, those that could not be (a few by name), and why none
+	// could.
+	Saved     *int     `json:"saved"`
+	Restored  *int     `json:"restored"`
+	Lost      []string `json:"lost"`
+	LostCount int      `json:"lost_count"`
+	Heavy     bool     `json:"heavy"`
+	Error     string   `json:"error"`
 }
 
 // errNoKernel reports that kept state cannot be had: no zygote is ready.
@@ -53,7 +63,7 @@ var errNoKernel = errors.New("kept state is not available in this sandbox (no in
 
 // startKernel forks a kernel from the zygote and waits for its first word.
 func startKernel(z *zygote, dir string, env []string) (*kernel, error) {
-	if z == nil || !z.waitReady(zygoteWait) {
+	if z == nil || !z.waitReady(kernelZygoteWait) {
 		return nil, errNoKernel
 	}
 	ours, theirs, err := socketPair()
@@ -105,7 +115,7 @@ func (k *kernel) read(ready chan<- struct{}) {
 		case m.Ready && first:
 			first = false
 			close(ready)
-		case m.Done != nil:
+		case m.Done != nil || m.Saved != nil || m.Restored != nil:
 			select {
 			case k.msgs <- m:
 			default: // nobody waits for it: stale, or the kernel's own noise
@@ -153,7 +163,7 @@ func (c *cell) wait() (ws syscall.WaitStatus, lost bool) {
 	for {
 		select {
 		case m := <-c.k.msgs:
-			if m.Seq == c.seq {
+			if m.Seq == c.seq && m.Done != nil {
 				return syscall.WaitStatus((*m.Done & 0xff) << 8), false
 			}
 		case ws := <-c.k.exit:

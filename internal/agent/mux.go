@@ -22,7 +22,10 @@ import (
 //     loopback and carry that connection (previews);
 //   - streamListening (executor → agent): is anything listening on a port;
 //   - streamProxy (agent → executor): a connection a program made to the
-//     agent's proxy listener, for the executor's egress proxy.
+//     agent's proxy listener, for the executor's egress proxy;
+//   - streamSave and streamRestore (executor → agent): a snapshot of the
+//     kept interpreter's namespace, out of the sandbox or into it
+//     (state.go).
 //
 // On the proxy socket (proxysocket.go) a connection may instead start with
 // streamPassed: the same header, sent with the program's connection's own
@@ -44,6 +47,8 @@ const (
 	streamListening = 'L'
 	streamProxy     = 'P'
 	streamPassed    = 'F' // the proxy socket's only
+	streamSave      = 'S'
+	streamRestore   = 'V'
 )
 
 // Answers to a dial or listening stream, its first byte back.
@@ -54,11 +59,13 @@ const (
 )
 
 // streamHeader is what a stream is: a kind and its argument, a port for
-// dial and listening streams, the agent's run number for proxy streams.
+// dial and listening streams, the agent's run number for proxy streams,
+// flags for a restore (none for a save).
 type streamHeader struct {
-	kind byte
-	port uint16
-	run  uint32
+	kind  byte
+	port  uint16
+	run   uint32
+	flags byte
 }
 
 // headerTimeout bounds the wait for a stream's header and answer.
@@ -72,6 +79,10 @@ func (h streamHeader) encode() []byte {
 		b := []byte{h.kind, 0, 0, 0, 0}
 		binary.BigEndian.PutUint32(b[1:], h.run)
 		return b
+	case streamSave:
+		return []byte{h.kind}
+	case streamRestore:
+		return []byte{h.kind, h.flags}
 	default:
 		b := []byte{h.kind, 0, 0}
 		binary.BigEndian.PutUint16(b[1:], h.port)
@@ -101,6 +112,12 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 			return streamHeader{}, err
 		}
 		h.run = binary.BigEndian.Uint32(b[1:5])
+	case streamSave:
+	case streamRestore:
+		if _, err := io.ReadFull(r, b[1:2]); err != nil {
+			return streamHeader{}, err
+		}
+		h.flags = b[1]
 	default:
 		return streamHeader{}, fmt.Errorf("%w: kind %q", errBadHeader, h.kind)
 	}
@@ -127,7 +144,13 @@ func muxConfig(window uint32) *yamux.Config {
 	// A peer that never acknowledges a stream loses its session.
 	c.StreamOpenTimeout = 30 * time.Second
 	// A stream closed here while the peer still sends is reset after this.
-	c.StreamCloseTimeout = 10 * time.Second
+	// A restore closes its side when the snapshot is sent and then waits
+	// for the answer, which comes only once the interpreter has imported
+	// and rebuilt the state: tens of seconds for a large one in a cold
+	// sandbox on a loaded host. The caller's context bounds that wait; this
+	// only reclaims streams a peer abandoned, and the session ends with the
+	// sandbox anyway.
+	c.StreamCloseTimeout = 2 * time.Minute
 	c.MaxStreamWindowSize = window
 	return c
 }

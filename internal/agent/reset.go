@@ -57,6 +57,32 @@ func (st *starter) reset() Reset {
 			r = Reset{Reason: fmt.Sprintf(format, args...)}
 		}
 	}
+	st.clear(fail)
+	replace := st.checkTemplate(fail)
+	if r.Clean && st.cfg.Skel != "" {
+		if err := CopyTree(st.cfg.Skel, "/tmp", st.cfg.User); err != nil {
+			fail("restore caches: %v", err)
+		}
+	}
+	st.busy.Unlock()
+	if replace {
+		// Without busy: a template being restarted waits for it.
+		st.template.stop()
+		<-st.template.done
+		st.template = nil
+	}
+	st.startZygote()
+	if r.Clean {
+		st.prestart()
+	}
+	return r
+}
+
+// clear leaves nothing of the conversation in the sandbox: no process but
+// the template, no file where a program can write, no IPC object, no
+// attribute of the agent's changed. It tells fail each check that did not
+// pass. busy is held.
+func (st *starter) clear(fail func(format string, args ...any)) {
 	spare := st.templatePIDs()
 	if !sweep(spare, nil) {
 		fail("processes are left")
@@ -80,36 +106,25 @@ func (st *starter) reset() Reset {
 	if err := st.attrs.check(0); err != nil {
 		fail("the agent's %v", err)
 	}
-	// A program may have ended the template (a new one starts) or stopped
-	// it (it is continued); one it changed makes the sandbox unfit.
-	replace := false
-	if t := st.template; t != nil {
-		pid := t.processID()
-		if pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-			if err := st.attrs.check(pid); err != nil {
-				fail("the template's %v", err)
-			}
+}
+
+// checkTemplate checks the template, and reports whether it must be
+// replaced. A program may have ended the template (a new one starts) or
+// stopped it (it is continued); one it changed makes the sandbox unfit
+// (fail).
+func (st *starter) checkTemplate(fail func(format string, args ...any)) (replace bool) {
+	t := st.template
+	if t == nil {
+		return false
+	}
+	pid := t.processID()
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if err := st.attrs.check(pid); err != nil {
+			fail("the template's %v", err)
 		}
-		replace = pid == 0 || !t.waitReady(0)
 	}
-	if r.Clean && st.cfg.Skel != "" {
-		if err := CopyTree(st.cfg.Skel, "/tmp", st.cfg.User); err != nil {
-			fail("restore caches: %v", err)
-		}
-	}
-	st.busy.Unlock()
-	if replace {
-		// Without busy: a template being restarted waits for it.
-		st.template.stop()
-		<-st.template.done
-		st.template = nil
-	}
-	st.startZygote()
-	if r.Clean {
-		st.prestart()
-	}
-	return r
+	return pid == 0 || !t.waitReady(0)
 }
 
 // startZygote starts the zygote, if the agent has one: spawned from the

@@ -37,6 +37,9 @@ type streamServer struct {
 	// copyOnly is set once the socket took no descriptor: connections
 	// are copied to it from then on.
 	copyOnly atomic.Bool
+	// state saves and restores the kept interpreter (state.go); until
+	// it is set, both are refused.
+	state atomic.Pointer[starter]
 }
 
 func newStreamServer(fw *frameWriter) *streamServer {
@@ -129,6 +132,9 @@ func (s *streamServer) handle(st *yamux.Stream) {
 			}
 		}
 		s.answer(st, a)
+	case streamSave, streamRestore:
+		_ = st.SetDeadline(time.Time{}) // as long as the executor's context
+		serveState(s.state.Load(), st, h)
 	default:
 		st.Close()
 	}

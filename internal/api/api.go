@@ -10,7 +10,9 @@ import (
 	"embed"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +23,6 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
@@ -31,8 +32,10 @@ import (
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/preview"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/refusals"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/sessions"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 //go:embed playground.html
@@ -49,9 +52,9 @@ type Options struct {
 	MCP    *mcp.Server
 	Files  runbox.FileStore
 	Signer *files.Signer
-	// Redis is the process's client, which the dashboard and the queue
+	// Redis is the process's connection, which the dashboard and the queue
 	// metrics read through; the caller closes it.
-	Redis redis.UniversalClient
+	Redis *store.Conn
 	// Ready are the readiness checks, by name.
 	Ready map[string]Check
 	// MaxBody bounds an MCP message (the upload tool's base64 included);
@@ -66,11 +69,17 @@ type Options struct {
 	Origins []string
 	// MetricsToken, when set, is the bearer token /metrics asks for.
 	MetricsToken string
-	// Audit, when set, records every REST request and every request
-	// refused for its token.
-	Audit    *audit.Recorder
-	Registry *prometheus.Registry
-	Logger   *slog.Logger
+	// Audit, when set, records every REST request.
+	Audit *audit.Recorder
+	// Refusals, when set, counts the requests refused for their token
+	// per source address, answers 429 to a source past its budget and
+	// records them in the audit log, a bounded number per source.
+	Refusals *refusals.Limiter
+	// TrustedProxies are the peers whose X-Forwarded-For names a request's
+	// source (MCP_TRUSTED_PROXIES); none: the peer is the source.
+	TrustedProxies []netip.Prefix
+	Registry       *prometheus.Registry
+	Logger         *slog.Logger
 	// Previews issues preview URLs; PreviewRouter serves every request
 	// whose Host is a preview host, and nothing else does.
 	Previews      *preview.Service
@@ -78,15 +87,22 @@ type Options struct {
 	// Sessions keeps the MCP sessions of Streamable HTTP (session.go);
 	// nil: every call is sessionless.
 	Sessions *sessions.Service
+	// Webhooks answers for the deliveries of runs' and batches' webhooks;
+	// nil: not served.
+	Webhooks Webhooks
 }
 
 // Server handles the service's HTTP requests.
 type Server struct {
-	opts         Options
-	log          *slog.Logger
-	echo         *echo.Echo
-	handler      http.Handler // echo behind the body gate
-	dashboard    *asynqmon.HTTPHandler
+	opts       Options
+	log        *slog.Logger
+	echo       *echo.Echo
+	handler    http.Handler // echo behind the body gate
+	dashboard  *asynqmon.HTTPHandler
+	prometheus http.Handler
+	// doc is the OpenAPI document of the routes, served as /openapi.json
+	// and /reference.
+	doc          *document
 	queueMetrics *queueCollector
 	// closing ends long-lived streams when the server shuts down.
 	closing context.Context
@@ -100,42 +116,37 @@ func New(opts Options) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 	e.Use(middleware.Recover(), s.logRequests, requestCounter(opts.Registry))
 	s.queueMetrics = newQueueCollector(opts.Redis)
 	opts.Registry.MustRegister(s.queueMetrics)
-
-	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", s.ready)
-	e.GET("/", s.playground)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})), s.metricsToken)
-	e.GET("/files/*", s.download)
-	e.HEAD("/files/*", s.download)
 
 	authed := e.Group("", s.requireToken(false), newRequestCap().middleware)
 	// Bearer tokens guard the MCP endpoints, so the SDK's DNS-rebinding
 	// check (which also rejects reverse proxies on loopback) is not needed.
 	streamable := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
 		&mcpsdk.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
-	sse := mcpsdk.NewSSEHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },
-		&mcpsdk.SSEOptions{DisableLocalhostProtection: true, MaxRequestBodyBytes: opts.MaxBody})
+	sse := newSSEHandler(opts.MCP.SDK, opts.MaxBody)
 	authed.Any("/mcp", echo.WrapHandler(withCaller(s.withSessions(streamable))))
 	authed.Any("/mcp/events", echo.WrapHandler(s.closeOnShutdown(sse)))
 
 	v1 := authed.Group("/v1", s.recordRequests, s.countCalls)
-	v1.POST("/runs", s.createRun)
-	v1.GET("/runs", s.listRuns)
-	v1.GET("/runs/:id", s.getRun)
-	v1.DELETE("/runs/:id", s.cancelRun)
-	v1.POST("/runs/:id/stdin", s.sendStdin)
-	v1.GET("/runs/:id/events", s.runEvents)
-	v1.GET("/runners", s.listRunners)
-	v1.GET("/conversations/:cid/files", s.listFiles)
-	v1.PUT("/conversations/:cid/files/:name", s.uploadFile)
-	v1.GET("/conversations/:cid/files/*", s.getFile)
-	v1.DELETE("/conversations/:cid", s.closeConversation)
-	v1.POST("/conversations/:cid/previews", s.createPreview)
+	s.prometheus = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
+	routes := s.routes()
+	for _, r := range routes {
+		switch r.access {
+		case public:
+			e.Add(r.method, r.echoPath(), r.handler)
+		case metricsBearer:
+			e.Add(r.method, r.echoPath(), r.handler, s.metricsToken)
+		case bearer:
+			// Every route a token opens is under /v1 (routes_test.go).
+			v1.Add(r.method, strings.TrimPrefix(r.echoPath(), "/v1"), r.handler)
+		}
+	}
+	s.doc = mustDocument(routes)
 
-	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: queue.SharedConn{Client: opts.Redis}, ReadOnly: true})
+	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: queue.SharedConn{Conn: opts.Redis}, ReadOnly: true})
 	// The dashboard shows every client's queue: it is the operators', whose
 	// token is MCP_API_TOKEN (the client "default").
 	mon := e.Group("/monitoring", s.requireToken(true), operatorOnly)
@@ -209,8 +220,12 @@ func (s *Server) requireToken(basic bool) echo.MiddlewareFunc {
 				} else {
 					c.Response().Header().Set("WWW-Authenticate", `Bearer realm="runbox"`)
 				}
-				if s.opts.Audit != nil {
-					s.opts.Audit.Denied(r.Context(), r.Method+" "+c.Path())
+				if s.opts.Refusals != nil {
+					addr, _ := netip.ParseAddr(c.RealIP())
+					if wait := s.opts.Refusals.Refuse(r.Context(), addr, r.Method+" "+c.Path()); wait > 0 {
+						return runbox.Limited(runbox.ERateLimited, wait,
+							"too many requests without a valid API token from this address; try again later")
+					}
 				}
 				return runbox.Errorf(runbox.EUnauthorized, "a valid API token is required")
 			}
@@ -219,6 +234,24 @@ func (s *Server) requireToken(basic bool) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// ipExtractor reads a request's source: the peer, or, from a trusted
+// proxy, the nearest address in X-Forwarded-For that is not one.
+// Echo's own defaults trust loopback and private peers; here only the
+// ranges given are.
+func ipExtractor(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		_, n, err := net.ParseCIDR(p.Masked().String())
+		if err == nil {
+			opts = append(opts, echo.TrustIPRange(n))
+		}
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // operatorOnly lets only the client "default" through.
@@ -335,10 +368,18 @@ func (s *Server) countCalls(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+func (s *Server) health(c echo.Context) error {
+	return c.JSON(http.StatusOK, statusReply{Status: "ok"})
+}
+
+// readiness is the answer of /readyz: "ok" or "unavailable" for each
+// dependency, by name.
+type readiness map[string]string
+
 func (s *Server) ready(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
 	defer cancel()
-	status, code := map[string]string{}, http.StatusOK
+	status, code := readiness{}, http.StatusOK
 	for name, check := range s.opts.Ready {
 		if err := check(ctx); err != nil {
 			status[name] = "unavailable"
@@ -349,6 +390,11 @@ func (s *Server) ready(c echo.Context) error {
 		}
 	}
 	return c.JSON(code, status)
+}
+
+func (s *Server) serveMetrics(c echo.Context) error {
+	s.prometheus.ServeHTTP(c.Response(), c.Request())
+	return nil
 }
 
 func (s *Server) playground(c echo.Context) error {
@@ -380,6 +426,15 @@ var status = map[string]int{
 	runbox.EUnsupported:      http.StatusBadRequest,
 	runbox.EMaxSessions:      http.StatusTooManyRequests,
 	runbox.EInternal:         http.StatusInternalServerError,
+
+	runbox.EConversationExists: http.StatusConflict,
+}
+
+// errorReply is every error's answer.
+type errorReply struct {
+	Error             string `json:"error" jsonschema:"what went wrong, as a code (each response says the codes of its status)"`
+	Message           string `json:"message" jsonschema:"one sentence for a person"`
+	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty" jsonschema:"a client past a limit of its tier: when to try again (also the Retry-After header)"`
 }
 
 // handleError writes every error as {error, message}. Unexpected errors are
@@ -410,12 +465,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	} else if code == runbox.EInternal {
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	body := map[string]any{"error": code, "message": msg}
+	body := errorReply{Error: code, Message: msg}
 	if secs := runbox.RetryAfterSeconds(err); secs > 0 {
 		// A client past a limit of its tier: 429, whichever limit.
 		httpStatus = http.StatusTooManyRequests
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
-		body["retry_after_seconds"] = secs
+		body.RetryAfterSeconds = secs
 	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(httpStatus)

@@ -172,7 +172,8 @@ func refuse(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // routeLimit is the body limit of each route: MCP messages and the upload
-// tool's base64 up to maxBody, REST JSON up to maxRunBody, a REST upload
+// tool's base64 up to maxBody, REST JSON up to maxRunBody (a batch up to
+// maxBatchBody), a REST upload
 // (streamed to disk) up to maxUpload, and nothing of note elsewhere.
 func routeLimit(maxBody, maxUpload int64) func(*http.Request) (int64, bool) {
 	return func(r *http.Request) (int64, bool) {
@@ -182,6 +183,8 @@ func routeLimit(maxBody, maxUpload int64) func(*http.Request) (int64, bool) {
 			return maxBody, true
 		case r.Method == http.MethodPut && strings.HasPrefix(p, "/v1/conversations/"):
 			return maxUpload, false
+		case r.Method == http.MethodPost && p == "/v1/batches":
+			return maxBatchBody, true
 		case strings.HasPrefix(p, "/v1/"):
 			return maxRunBody, true
 		}

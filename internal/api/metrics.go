@@ -9,9 +9,9 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // requestCounter counts requests by route and status.
@@ -40,9 +40,9 @@ type queueCollector struct {
 	active    *prometheus.Desc
 }
 
-func newQueueCollector(rdb redis.UniversalClient) *queueCollector {
+func newQueueCollector(conn *store.Conn) *queueCollector {
 	return &queueCollector{
-		inspector: asynq.NewInspectorFromRedisClient(rdb),
+		inspector: asynq.NewInspectorFromRedisClient(conn.Redis()),
 		pending:   prometheus.NewDesc("runbox_queue_pending", "Runs waiting in the queue for an executor.", nil, nil),
 		active:    prometheus.NewDesc("runbox_queue_active", "Runs an executor is working on.", nil, nil),
 	}

@@ -23,7 +23,7 @@ import (
 func TestWithSessions(t *testing.T) {
 	_, url := testenv.Miniredis(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ss := sessions.New(store.New(testenv.Client(t, url)), time.Hour, clockwork.NewRealClock(), log)
+	ss := sessions.New(store.New(store.NewConn(testenv.Client(t, url))), time.Hour, clockwork.NewRealClock(), log)
 	var seen sessions.Ref
 	s := &Server{opts: Options{Sessions: ss, MaxBody: 1 << 20}, log: log}
 	h := s.withSessions(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,16 +28,21 @@ import (
 	"github.com/runbox-dev/runbox/internal/commands"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
-	"github.com/runbox-dev/runbox/internal/executor"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/gitexport"
 	"github.com/runbox-dev/runbox/internal/leader"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/refusals"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/sessions"
+	"github.com/runbox-dev/runbox/internal/snapshot"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/auditlog"
+	"github.com/runbox-dev/runbox/internal/store/stream"
+	"github.com/runbox-dev/runbox/internal/watchdog"
+	"github.com/runbox-dev/runbox/internal/webhooks"
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
@@ -59,9 +65,7 @@ type APIOptions struct {
 // RunAPI runs the api process until ctx ends: over HTTP, or over stdio.
 // Without REDIS_URL it embeds Redis and an executor.
 func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
-	log := opts.Logger
-	cs := cfg.Clients
-	generated := ""
+	cs, generated := cfg.Clients, ""
 	if len(cs) == 0 {
 		generated = "rb_" + rand.Text()
 		var err error
@@ -69,92 +73,204 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 			return err
 		}
 	}
-
 	rds, err := OpenRedis(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer rds.Close()
-	st := store.New(rds.Client)
-	hub := store.NewHub(st, log)
-	defer hub.Close()
-	qc := queue.NewClient(rds.Client)
-	sched := queue.NewScheduler(st, qc, log)
-	secret, err := Secret(ctx, cfg, st)
+	a := &apiProcess{cfg: cfg, log: opts.Logger, clients: cs, generated: generated, rds: rds,
+		unserved: opts.Stdio && rds.Embedded()}
+	// The parts stop, the last started first, on any return: those the
+	// steps started before one failed too.
+	defer func() { a.parts.Stop() }()
+	if err := a.startCore(ctx); err != nil {
+		return err
+	}
+	if err := a.startFiles(ctx); err != nil {
+		return err
+	}
+	if err := a.startExecutors(ctx); err != nil {
+		return err
+	}
+	if err := a.startRuns(ctx); err != nil {
+		return err
+	}
+	if err := a.startMCP(ctx); err != nil {
+		return err
+	}
+	if err := a.startPreviewsAndJanitor(ctx); err != nil {
+		return err
+	}
+	if opts.Stdio {
+		return a.serveStdio(ctx, opts)
+	}
+	return a.serveHTTP(ctx, opts)
+}
+
+// apiProcess is the api process's parts, built and started by RunAPI's
+// steps in order, each on those before it.
+type apiProcess struct {
+	cfg       *config.Config
+	log       *slog.Logger
+	clients   clients.Clients
+	generated string // the token made for a deployment that names none
+	rds       *Redis
+	unserved  bool // no process serves preview hosts (stdio, embedded Redis)
+	// parts are those started so far, in order: a part may depend on those
+	// before it, and they stop in reverse.
+	parts lifecycle.Group
+
+	registry  *prometheus.Registry
+	st        *store.Store
+	hub       *stream.Hub
+	sched     *queue.Scheduler
+	secret    []byte
+	signer    *files.Signer
+	ready     map[string]api.Check
+	clock     clockwork.Clock
+	elector   *leader.Elector
+	fileStore runbox.FileStore
+	state     snapshot.Blobs  // where kept interpreters' saved state is, beside the files
+	archive   audit.Archive   // where the audit log's oldest entries go
+	janitor   lifecycle.Group // the maintenance of the files: by the leader
+	ex        *Executor       // embedded, or nil
+	runs      *runs.Service
+	hooks     *webhooks.Service
+	convs     *conversations.Service
+	recorder  *audit.Recorder
+	strangers *refusals.Limiter
+	sessions  *sessions.Service
+	mcp       *mcp.Server
+	previews  *previews
+}
+
+// start starts s with ctx and adds it to the parts.
+func (a *apiProcess) start(ctx context.Context, s lifecycle.Service) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	a.parts = append(a.parts, s)
+	return nil
+}
+
+// started is a part started where it was built, or a resource it holds:
+// the parts only stop it.
+type started func()
+
+func (started) Start(context.Context) error { return nil }
+func (f started) Stop()                     { f() }
+
+// startCore builds what every other part uses: the metrics, the store and
+// its hub, the shared secret, and the elector of the deployment's leader.
+func (a *apiProcess) startCore(ctx context.Context) error {
+	a.registry = prometheus.NewRegistry()
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every command's reply is watched for Redis refusing writes.
+	writes := a.rds.Conn.WatchWrites(a.registry, a.log)
+	// What runs cost in waits on Redis (make bench reads it).
+	a.rds.Conn.CountRoundTrips(a.registry)
+	a.st = store.New(a.rds.Conn)
+	a.hub = stream.NewHub(a.rds.Conn, a.st, a.log)
+	a.parts = append(a.parts, started(func() { a.hub.Close() }))
+	a.sched = queue.NewScheduler(a.st, queue.NewClient(a.rds.Conn), a.log)
+	secret, err := Secret(ctx, a.cfg, a.st)
 	if err != nil {
 		return err
 	}
-	signer := Signer(cfg, secret)
-	ready := map[string]api.Check{"redis": func(ctx context.Context) error { return rds.Client.Ping(ctx).Err() }}
-	// The api reads and writes conversations' files through the store: the
-	// host folder the executors share, or a remote store.
-	clock := clockwork.NewRealClock()
-	elector := leader.NewElector(st, "api", clock, log)
-	if err := elector.Start(context.WithoutCancel(ctx)); err != nil {
+	a.secret, a.signer = secret, Signer(a.cfg, secret)
+	a.ready = map[string]api.Check{"redis": func(ctx context.Context) error { return writes.Check(ctx) }}
+	a.clock = clockwork.NewRealClock()
+	a.elector = leader.NewElector(a.st, "api", a.clock, a.log)
+	return a.start(context.WithoutCancel(ctx), a.elector)
+}
+
+// startFiles opens the store the api reads and writes conversations'
+// files through: the host folder the executors share, or a remote store.
+// Their maintenance (janitor) starts last.
+func (a *apiProcess) startFiles(ctx context.Context) error {
+	if a.cfg.FileStore != nil {
+		s3, err := OpenS3(ctx, a.cfg)
+		if err != nil {
+			return err
+		}
+		a.fileStore, a.state = workcopy.NewVersioned(s3, a.st), s3
+		a.archive = s3.AuditArchive()
+		a.ready["files"] = s3.Ping
+		if a.cfg.FileRetention > 0 {
+			a.janitor = append(a.janitor, conversations.NewExpiry(a.fileStore, a.st, a.cfg.FileRetention, a.clock,
+				a.elector.Every, a.log))
+		}
+		return nil
+	}
+	folders, err := Folders(a.cfg)
+	if err != nil {
 		return err
 	}
-	defer elector.Stop()
-	var fileStore runbox.FileStore
-	var janitor lifecycle.Group // the maintenance of the files: by the leader
-	if cfg.FileStore != nil {
-		s3, err := OpenS3(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		fileStore = workcopy.NewVersioned(s3, st)
-		ready["files"] = s3.Ping
-		if cfg.FileRetention > 0 {
-			janitor = append(janitor, conversations.NewExpiry(fileStore, st, cfg.FileRetention, clock, elector.Every, log))
-		}
-	} else {
-		folders, err := Folders(cfg)
-		if err != nil {
-			return err
-		}
-		fileStore = files.NewHostStore(folders)
-		janitor = append(janitor, conversations.NewJanitor(folders, st, cfg.SessionTTL, cfg.FileRetention, elector.Every, log))
+	a.fileStore, a.state = files.NewHostStore(folders), folders
+	if a.archive, err = audit.NewDirArchive(filepath.Join(a.cfg.SandboxRoot, ".audit")); err != nil {
+		return err
 	}
+	a.janitor = append(a.janitor, conversations.NewJanitor(folders, a.st, a.cfg.SessionTTL, a.cfg.FileRetention,
+		a.elector.Every, a.log))
+	return nil
+}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var ex *Executor
-	if rds.Embedded() {
-		ex, err = StartExecutor(ctx, cfg, rds.Client, elector, registry, log, false)
+// startExecutors starts the embedded executor, with embedded Redis, or
+// else the watchdog of the executors elsewhere.
+func (a *apiProcess) startExecutors(ctx context.Context) error {
+	if a.rds.Embedded() {
+		ex, err := StartExecutor(ctx, a.cfg, a.rds.Conn, a.elector, a.registry, a.log, false)
 		if err != nil {
 			return err
 		}
-		defer ex.Close()
-		ready["docker"] = ex.Sandboxes.Ping
-	} else {
-		// The leader runs the watchdog; the api takes part, so that lost
-		// runs end even when no executor is left.
-		wd := executor.NewWatchdog(st, sched, elector.Every, log)
-		if err := wd.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-		defer wd.Stop()
-		ready["executors"] = func(ctx context.Context) error {
-			infos, err := st.Executors(ctx)
-			if err == nil && len(infos) == 0 {
-				err = errors.New("no executor is running")
-			}
-			return err
-		}
+		a.ex = ex
+		a.parts = append(a.parts, started(ex.Close))
+		a.ready["docker"] = ex.Sandboxes.Ping
+		return nil
 	}
+	// The leader runs the watchdog; the api takes part, so that lost runs
+	// end even when no executor is left.
+	if err := a.start(context.WithoutCancel(ctx), watchdog.New(a.st, a.sched, a.elector.Every, a.log)); err != nil {
+		return err
+	}
+	a.ready["executors"] = func(ctx context.Context) error {
+		infos, err := a.st.Executors(ctx)
+		if err == nil && len(infos) == 0 {
+			err = errors.New("no executor is running")
+		}
+		return err
+	}
+	return nil
+}
 
-	svc := runs.NewService(st, hub, sched, runs.Limits{
+// startRuns builds the runs' and conversations' services, starts the
+// webhooks' delivery, and the audit log's sealer.
+func (a *apiProcess) startRuns(ctx context.Context) error {
+	cfg := a.cfg
+	a.runs = runs.NewService(a.st, a.hub, a.sched, runs.Limits{
 		MaxCodeBytes:             cfg.MaxCode,
 		MaxTimeoutSeconds:        cfg.MaxTimeoutSeconds(),
 		MaxCommandTimeoutSeconds: int(cfg.CommandTimeout / time.Second),
 		MaxSessions:              cfg.MaxSessions,
 		MaxStdinBytes:            maxStdin,
 		MaxWaiting:               cfg.MaxQueuedPerConversation,
-		ClientStorage:            fileStore.ClientUsage,
+		ClientStorage:            a.fileStore.ClientUsage,
 		EgressAllow:              cfg.Egress.Allow,
 		EgressReachable:          cfg.EgressReachable(),
-	}, log)
-	svc.Metrics = clients.NewMetrics(registry)
-	convs := conversations.NewService(fileStore, signer, svc, st, conversations.Limits{
+		Secrets:                  cfg.Egress.Secrets.WithoutValues(),
+	}, a.log)
+	a.runs.Metrics = clients.NewMetrics(a.registry)
+	hooks, hookParts, err := startWebhooks(ctx, cfg, a.clients, a.rds.Conn, a.st, a.registry, a.log)
+	if err != nil {
+		return err
+	}
+	// Stopped before Redis closes: deliveries under way may finish.
+	a.parts = append(a.parts, hookParts)
+	a.hooks, a.runs.Callbacks = hooks, hooks
+	// Forks get their source's kept state re-sealed here, in the api, with
+	// the deployment's secret, as executors seal it: never in a sandbox.
+	forker := snapshot.NewKeeper(a.state, a.st, a.secret, a.log.With("component", "snapshot"))
+	a.convs = conversations.NewService(a.fileStore, a.signer, a.runs, a.st, forker, conversations.Limits{
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
 		MaxInlineImages:     cfg.MaxInlineImages,
@@ -164,99 +280,106 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	if err != nil {
 		return err
 	}
-	recorder := audit.NewRecorder(st, clock, log)
-	sealer := audit.NewSealer(st, chain, cfg.AuditRetention, clock, log)
-	if err := sealer.Start(context.WithoutCancel(ctx)); err != nil {
+	auditLog := auditlog.New(a.rds.Conn)
+	a.recorder = audit.NewRecorder(auditLog, a.clock, a.log)
+	sealer := audit.NewSealer(auditLog, chain, cfg.AuditRetention, a.clock, a.log)
+	sealer.Archive(a.archive, cfg.AuditMaxRedisEntries)
+	if err := a.start(context.WithoutCancel(ctx), sealer); err != nil {
 		return err
 	}
-	defer sealer.Stop()
-	mcpServer := mcp.New(ctx, svc, convs, log)
-	mcpServer.Audit = recorder
-	// MCP sessions, and the commands tools whose executions they scope;
-	// the leader ends the sessions idle past SANDBOX_SESSION_TTL.
-	mcpSessions := sessions.New(st, cfg.SessionTTL, clock, log)
-	mcpServer.Sessions = mcpSessions
-	commands.Register(mcpServer, commands.New(svc, convs, st, mcpSessions, commands.Limits{
+	a.strangers = refusals.New(refusals.Options{Budget: cfg.UnauthorizedPerMinute, Audit: a.recorder,
+		Registerer: a.registry, Clock: a.clock, Logger: a.log})
+	return nil
+}
+
+// startMCP builds the MCP server and the commands tools whose executions
+// its sessions scope, starts the janitor of those sessions (the leader
+// ends the sessions idle past SANDBOX_SESSION_TTL), and checks the git
+// export's repositories.
+func (a *apiProcess) startMCP(ctx context.Context) error {
+	cfg := a.cfg
+	a.sessions = sessions.New(a.st, cfg.SessionTTL, a.clock, a.log)
+	executions := commands.New(a.runs, a.convs, a.st, a.sessions, commands.Limits{
 		TimeoutSeconds: int(cfg.CommandTimeout / time.Second), PerSession: cfg.MaxPerSession,
 		Total: cfg.MaxConcurrent, MaxCommandBytes: cfg.MaxCode,
-	}, log))
-	sessionJanitor := sessions.NewJanitor(mcpSessions, elector.Every)
-	if err := sessionJanitor.Start(context.WithoutCancel(ctx)); err != nil {
+	}, a.log)
+	a.mcp = mcp.New(ctx, mcp.Options{Runs: a.runs, Conversations: a.convs, Executions: executions,
+		Sessions: a.sessions, Audit: a.recorder, Log: a.log})
+	commands.Register(a.mcp, executions)
+	if err := a.start(context.WithoutCancel(ctx), sessions.NewJanitor(a.sessions, a.elector.Every)); err != nil {
 		return err
 	}
-	defer sessionJanitor.Stop()
-	if cfg.Git != nil {
-		git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Files: fileStore, Audit: recorder, Clock: clock, Log: log})
-		if err != nil {
-			return err
-		}
-		// A token refused for its breadth stops the start; any other
-		// problem is logged and shows in /readyz.
-		if err := git.Start(ctx); err != nil {
-			return err
-		}
-		gitexport.Register(mcpServer, git)
-		ready["git"] = git.Ready
+	if cfg.Git == nil {
+		return nil
 	}
-	pv, err := startPreviews(ctx, cfg, previewDeps{store: st, secret: secret, executor: ex, mcp: mcpServer, runs: svc,
-		convs: convs, ready: ready, elector: elector, clock: clock, secrets: []string{string(secret), generated},
-		unserved: opts.Stdio && rds.Embedded(), log: log})
+	git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Owners: a.st, Files: a.fileStore, Audit: a.recorder,
+		Clock: a.clock, Log: a.log})
 	if err != nil {
-		shutdownEmbedded(cfg, ex)
 		return err
 	}
-	defer pv.background.Stop()
-	if err := janitor.Start(context.WithoutCancel(ctx)); err != nil {
+	// A token refused for its breadth stops the start; any other problem
+	// is logged and shows in /readyz.
+	if err := git.Start(ctx); err != nil {
 		return err
 	}
-	defer janitor.Stop()
+	gitexport.Register(a.mcp, git)
+	a.ready["git"] = git.Ready
+	return nil
+}
 
-	shutdownExecutor := func() { shutdownEmbedded(cfg, ex) }
-
-	if opts.Stdio {
-		log.Info("serving MCP on stdio", "embedded", rds.Embedded())
-		err := mcpServer.SDK().Run(ctx, &mcpsdk.IOTransport{Reader: opts.Stdin, Writer: opts.Stdout})
-		// The client went: its session ends with its executions.
-		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		mcpServer.EndHeld(ectx)
-		cancel()
-		shutdownExecutor()
-		if ctx.Err() != nil || errors.Is(err, io.EOF) {
-			return nil
-		}
+// startPreviewsAndJanitor starts the previews' parts, then the
+// maintenance of the files.
+func (a *apiProcess) startPreviewsAndJanitor(ctx context.Context) error {
+	pv, err := startPreviews(ctx, a.cfg, previewDeps{store: a.st, secret: a.secret, executor: a.ex, mcp: a.mcp,
+		runs: a.runs, convs: a.convs, ready: a.ready, elector: a.elector, clock: a.clock,
+		secrets: []string{string(a.secret), a.generated}, unserved: a.unserved, log: a.log})
+	if err != nil {
+		a.shutdownExecutor()
 		return err
 	}
+	a.previews = pv
+	a.parts = append(a.parts, pv.background)
+	return a.start(context.WithoutCancel(ctx), a.janitor)
+}
 
-	handler := api.New(api.Options{
-		Tokens:        auth.NewTokens(cs),
-		Runs:          svc,
-		Convs:         convs,
-		MCP:           mcpServer,
-		Files:         fileStore,
-		Signer:        signer,
-		Redis:         rds.Client,
-		Ready:         ready,
-		MaxBody:       cfg.MaxMCPBody(),
-		MaxUpload:     cfg.MaxUpload,
-		BodyBudget:    cfg.BodyBudget,
-		MetricsToken:  cfg.MetricsToken,
-		Origins:       append([]string{cfg.Origin()}, cfg.AllowedOrigins...),
-		Audit:         recorder,
-		Registry:      registry,
-		Logger:        log,
-		Previews:      pv.service,
-		PreviewRouter: pv.router,
-		Sessions:      mcpSessions,
-	})
+// shutdownExecutor shuts the embedded executor down, if there is one:
+// its running programs may finish.
+func (a *apiProcess) shutdownExecutor() { shutdownEmbedded(a.cfg, a.ex) }
+
+// serveStdio serves MCP on the process's stdin and stdout until the
+// client goes or ctx ends.
+func (a *apiProcess) serveStdio(ctx context.Context, opts APIOptions) error {
+	a.log.Info("serving MCP on stdio", "embedded", a.rds.Embedded())
+	err := a.mcp.SDK().Run(ctx, &mcpsdk.IOTransport{Reader: opts.Stdin, Writer: opts.Stdout})
+	// The client went: its session ends with its executions.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	a.mcp.EndHeld(ectx)
+	cancel()
+	a.shutdownExecutor()
+	if ctx.Err() != nil || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// serveHTTP serves the API over HTTP until ctx ends, then drains it.
+func (a *apiProcess) serveHTTP(ctx context.Context, opts APIOptions) error {
+	cfg := a.cfg
+	// Stopped after the HTTP server: it records the windows still open.
+	if err := a.start(context.WithoutCancel(ctx), a.strangers); err != nil {
+		a.shutdownExecutor()
+		return err
+	}
+	handler := a.handler()
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: api.ReadHeaderTimeout, ReadTimeout: api.ReadTimeout,
 		IdleTimeout: api.IdleTimeout}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		shutdownExecutor()
+		a.shutdownExecutor()
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	printBanner(opts.Banner, cfg, ln.Addr().String(), generated)
-	log.Info("api listening", "addr", ln.Addr().String(), "embedded", rds.Embedded())
+	printBanner(opts.Banner, cfg, ln.Addr().String(), a.generated)
+	a.log.Info("api listening", "addr", ln.Addr().String(), "embedded", a.rds.Embedded())
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}
@@ -265,23 +388,52 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 
 	select {
 	case err := <-serveErr:
-		shutdownExecutor()
+		a.shutdownExecutor()
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
+	a.log.Info("shutting down")
 	// Running programs may finish while the HTTP server drains: the clients
 	// waiting for them get their results.
 	var wg sync.WaitGroup
-	wg.Go(shutdownExecutor)
+	wg.Go(a.shutdownExecutor)
 	handler.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("http shutdown", "err", err)
+		a.log.Warn("http shutdown", "err", err)
 	}
 	wg.Wait()
 	return nil
+}
+
+// handler is the API's HTTP handler over the parts.
+func (a *apiProcess) handler() *api.Server {
+	cfg := a.cfg
+	return api.New(api.Options{
+		Tokens:         auth.NewTokens(a.clients),
+		Runs:           a.runs,
+		Convs:          a.convs,
+		MCP:            a.mcp,
+		Files:          a.fileStore,
+		Signer:         a.signer,
+		Redis:          a.rds.Conn,
+		Ready:          a.ready,
+		MaxBody:        cfg.MaxMCPBody(),
+		MaxUpload:      cfg.MaxUpload,
+		BodyBudget:     cfg.BodyBudget,
+		MetricsToken:   cfg.MetricsToken,
+		Origins:        append([]string{cfg.Origin()}, cfg.AllowedOrigins...),
+		Audit:          a.recorder,
+		Refusals:       a.strangers,
+		TrustedProxies: cfg.TrustedProxies,
+		Registry:       a.registry,
+		Logger:         a.log,
+		Previews:       a.previews.service,
+		PreviewRouter:  a.previews.router,
+		Sessions:       a.sessions,
+		Webhooks:       a.hooks,
+	})
 }
 
 // shutdownEmbedded shuts an embedded executor down, if there is one.

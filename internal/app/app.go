@@ -18,9 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/jonboulle/clockwork"
-	"github.com/moby/moby/client"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/config"
@@ -34,7 +32,12 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/kubernetes"
+	"github.com/runbox-dev/runbox/internal/sandbox/runnerlist"
+	"github.com/runbox-dev/runbox/internal/snapshot"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/auditlog"
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
@@ -71,22 +74,14 @@ func NewLogger(cfg *config.Config, environ []string, w io.Writer) (*slog.Logger,
 	return log, closeLog, nil
 }
 
-// RouteRedisLogs sends go-redis's own messages (reconnects, dial
-// failures), which it writes to stderr by default, to log at debug level.
-// go-redis keeps its logger in a package variable: call this once, from
-// main.
-func RouteRedisLogs(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
-
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
-}
+// RouteRedisLogs sends the Redis client's own messages (reconnects, dial
+// failures) to log at debug level. Call it once, from main.
+func RouteRedisLogs(log *slog.Logger) { store.RouteLogs(log) }
 
 // Redis is the connection to the shared Redis, real or embedded.
 type Redis struct {
 	URL      string
-	Client   redis.UniversalClient
+	Conn     *store.Conn
 	embedded *miniredis.Miniredis
 	stopTick func()
 }
@@ -96,7 +91,7 @@ func (r *Redis) Embedded() bool { return r.embedded != nil }
 
 // Close closes the connection and stops an embedded server.
 func (r *Redis) Close() {
-	_ = r.Client.Close()
+	_ = r.Conn.Close()
 	if r.embedded != nil {
 		r.stopTick()
 		r.embedded.Close()
@@ -125,14 +120,12 @@ func OpenRedis(ctx context.Context, cfg *config.Config) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: REDIS_URL: %w", err)
 	}
-	client, ok := opt.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, errors.New("config: REDIS_URL: not a Redis client this service can use")
+	if r.Conn, err = store.Connect(opt); err != nil {
+		return nil, fmt.Errorf("config: REDIS_URL: %w", err)
 	}
-	r.Client = client
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := r.Client.Ping(pctx).Err(); err != nil {
+	if err := r.Conn.Ping(pctx); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("redis at %s is not reachable: %w", redactURL(r.URL), err)
 	}
@@ -147,21 +140,6 @@ func redactURL(u string) string {
 		}
 	}
 	return u
-}
-
-// OpenDocker connects to the Docker Engine and checks that it answers.
-func OpenDocker(ctx context.Context) (*client.Client, error) {
-	c, err := client.New(client.FromEnv)
-	if err != nil {
-		return nil, fmt.Errorf("docker: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("the Docker Engine is not reachable (is it running, and may this user use it?): %w", err)
-	}
-	return c, nil
 }
 
 // Folders opens the conversation folders on this host: the file store
@@ -206,7 +184,7 @@ func OpenS3(ctx context.Context, cfg *config.Config) (*s3store.Store, error) {
 type Executor struct {
 	*executor.Executor
 	Sandboxes *sandbox.Manager
-	docker    *client.Client
+	engine    sandboxEngine
 	// background are the janitor of the working copies (with a remote
 	// file store) and the link server (standalone).
 	background lifecycle.Group
@@ -215,95 +193,56 @@ type Executor struct {
 // Close releases the executor's connections. Shut it down first.
 func (e *Executor) Close() {
 	e.background.Stop()
-	_ = e.docker.Close()
+	_ = e.engine.Close()
 }
 
-// StartExecutor connects to Docker and starts an executor on rdb, the
-// process's one Redis client (the store's, asynq's and the queue's). The
+// StartExecutor connects to Docker and starts an executor on conn, the
+// process's one Redis connection (the store's, asynq's and the queue's). The
 // deployment's maintenance runs while elector, the process's, leads. A
 // standalone executor serves the api's link to its sandboxes; an embedded
 // one is called in its process.
-func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, elector *leader.Elector,
-	metrics prometheus.Registerer, log *slog.Logger, standalone bool) (*Executor, error) {
-	st := store.New(rdb)
-	docker, err := OpenDocker(ctx)
+func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, elector *leader.Elector,
+	metrics prometheus.Registerer, log *slog.Logger, standalone bool) (_ *Executor, err error) {
+	st := store.New(conn)
+	engine, err := openEngine(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			engine.Close()
+		}
+	}()
 	folders, err := Folders(cfg)
 	if err != nil {
-		docker.Close()
 		return nil, err
 	}
 	secret, err := Secret(ctx, cfg, st)
 	if err != nil {
-		docker.Close()
 		return nil, err
 	}
-	signer := Signer(cfg, secret)
-	var copies *workcopy.Copies
-	if cfg.FileStore != nil {
-		s3, err := OpenS3(ctx, cfg)
-		if err != nil {
-			docker.Close()
-			return nil, err
-		}
-		copies = workcopy.New(s3, folders, st, sandbox.UID, sandbox.GID, log)
-	}
-	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
+	copies, stateBlobs, err := workingCopies(ctx, cfg, folders, st, log)
 	if err != nil {
-		docker.Close()
-		return nil, fmt.Errorf("config: SANDBOX_MAX_WARM: %w", err)
+		return nil, err
 	}
 	pool, err := sandbox.ParseWarmLimits(cfg.Pool)
 	if err != nil {
-		docker.Close()
 		return nil, fmt.Errorf("config: SANDBOX_POOL: %w", err)
 	}
-	deployment, err := st.Deployment(ctx)
+	proxy, err := egressProxy(cfg, secret, log)
 	if err != nil {
-		docker.Close()
 		return nil, err
 	}
-	// Idle sandboxes evicted from their conversations are reset and join
-	// the pool for new ones, rather than being removed, when their folder
-	// can be handed over (files.Folders.Recycle).
-	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
-		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+	state := snapshot.NewKeeper(stateBlobs, st, secret, log.With("component", "snapshot"))
+	sandboxes, err := sandboxManager(ctx, cfg, st, engine, folders, proxy, state, log)
+	if err != nil {
+		return nil, err
 	}
-	// Connections programs make to their sandbox's proxy listener come to
-	// the egress proxy with the run their sandbox runs.
-	proxy := egress.New(egress.Settings{Hosts: cfg.Egress.Hosts, MaxBytes: cfg.Egress.MaxBytes,
-		MaxConnections: cfg.Egress.MaxConnections, ConnectTimeout: cfg.Egress.ConnectTimeout,
-		IdleTimeout: cfg.Egress.IdleTimeout, Logger: log})
-	sandboxes := sandbox.NewManager(docker, sandbox.Options{
-		ExecutorID: cfg.ExecutorID,
-		Deployment: deployment,
-		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
-			FileSize: cfg.QuotaBytes},
-		Logger:   log.With("component", "sandbox"),
-		IdleTTL:  cfg.SessionTTL,
-		MaxWarm:  warm,
-		ImageTag: cfg.RunnerTag,
-		Runtime:  sandbox.RuntimeFor(cfg.Runtime),
-		Recycle:  recycle,
-		MaxPool:  sandbox.WarmLimits{Default: executor.MaxPool},
-		Inbound:  func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },
-		// Beside the conversations, which are on the Docker host too:
-		// the sandboxes mount them.
-		Sockets: filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID),
-	})
-	var (
-		linkListener net.Listener
-		linkAddr     string
-	)
-	if standalone {
-		if linkListener, linkAddr, err = link.Listen(cfg.LinkAddr, cfg.LinkAdvertise); err != nil {
-			docker.Close()
-			return nil, fmt.Errorf("config: EXECUTOR_LINK_ADDR: %w", err)
-		}
+	linkListener, linkAddr, err := executorLink(cfg, standalone)
+	if err != nil {
+		return nil, err
 	}
-	qc := queue.NewClient(rdb)
+	qc := queue.NewClient(conn)
 	ex := executor.New(executor.Config{
 		ID:            cfg.ExecutorID,
 		Concurrency:   cfg.Concurrency,
@@ -317,17 +256,158 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		Schedule:      elector.Every,
 		MaxDetached:   cfg.MaxDetached,
 		Egress: &executor.Egress{Proxy: proxy, PipIndexURL: cfg.PipIndexURL, NPMRegistry: cfg.NPMRegistry,
-			Audit: audit.NewRecorder(st, clockwork.NewRealClock(), log)},
+			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.Egress.Secrets},
 		ServerIdle: cfg.ServerTTL,
 		LinkAddr:   linkAddr,
-	}, rdb, st, queue.NewScheduler(st, qc, log), sandboxes, folders, signer, log)
+	}, conn, st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
 	if err := ex.Start(ctx); err != nil {
 		if linkListener != nil {
 			linkListener.Close()
 		}
-		docker.Close()
 		return nil, err
 	}
+	background := executorBackground(cfg, st, folders, copies, linkListener, secret, ex, log)
+	if err := background.Start(context.WithoutCancel(ctx)); err != nil {
+		ex.Shutdown(ctx)
+		return nil, err
+	}
+	return &Executor{Executor: ex, Sandboxes: sandboxes, engine: engine, background: background}, nil
+}
+
+// executorLink listens where the api reaches a standalone executor's
+// sandboxes (package link); an executor in the api's process needs none.
+func executorLink(cfg *config.Config, standalone bool) (net.Listener, string, error) {
+	if !standalone {
+		return nil, "", nil
+	}
+	l, addr, err := link.Listen(cfg.LinkAddr, cfg.LinkAdvertise)
+	if err != nil {
+		return nil, "", fmt.Errorf("config: EXECUTOR_LINK_ADDR: %w", err)
+	}
+	return l, addr, nil
+}
+
+// workingCopies are the executor's copies of the conversations of a
+// remote file store (FILE_STORE); none without one.
+//
+// Kept interpreters' saved state (snapshot.Blobs) goes to the
+// conversations' storage: the bucket with a remote file store (any
+// executor may take a conversation up), else the host folder.
+func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folders, st *store.Store,
+	log *slog.Logger) (*workcopy.Copies, snapshot.Blobs, error) {
+	if cfg.FileStore == nil {
+		return nil, folders, nil
+	}
+	s3, err := OpenS3(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return workcopy.New(s3, folders, st, sandbox.UID, sandbox.GID, log), s3, nil
+}
+
+// egressProxy is the proxy the connections programs make to their
+// sandbox's proxy listener come to, with the run their sandbox runs.
+func egressProxy(cfg *config.Config, secret []byte, log *slog.Logger) (*egress.Proxy, error) {
+	// The CA of the secrets' domains is the deployment's: derived from
+	// its shared secret, the same on every executor, stored nowhere.
+	var ca *egress.CA
+	if len(cfg.Egress.Secrets) > 0 {
+		var err error
+		if ca, err = egress.NewCA(secret, cfg.Egress.Secrets.Domains(), nil); err != nil {
+			return nil, err
+		}
+	}
+	return egress.New(egress.Settings{Hosts: cfg.Egress.Hosts, Deny: cfg.Egress.Deny, MaxBytes: cfg.Egress.MaxBytes,
+		MaxConnections: cfg.Egress.MaxConnections, ConnectTimeout: cfg.Egress.ConnectTimeout,
+		IdleTimeout: cfg.Egress.IdleTimeout, CA: ca, UpstreamRoots: cfg.Egress.UpstreamRoots, Logger: log}), nil
+}
+
+// sandboxEngine is the engine of an executor's sandboxes, which it
+// closes when it goes.
+type sandboxEngine interface {
+	sandbox.Engine
+	Close() error
+}
+
+// openEngine opens the engine SANDBOX_ENGINE names: the Docker Engine of
+// this host, or the Kubernetes cluster of KUBECONFIG (or the executor's
+// own pod's).
+func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sandboxEngine, error) {
+	if cfg.Engine != "kubernetes" {
+		return docker.Open(ctx, docker.Options{Runtime: docker.RuntimeFor(cfg.Runtime)})
+	}
+	k := cfg.Kubernetes
+	// A cluster lists no images with their labels: the runner images are
+	// those of the list the build wrote (package runnerlist says why).
+	if k.RunnersFile == "" {
+		return nil, errors.New("config: SANDBOX_ENGINE=kubernetes needs SANDBOX_RUNNERS_FILE, the runner images' list (docs/kubernetes.md)")
+	}
+	runners, err := runnerlist.Load(k.RunnersFile)
+	if err != nil {
+		return nil, err
+	}
+	kubernetes.RouteClientLogs(log)
+	pods, err := kubernetes.Open(ctx, k.Kubeconfig, k.Namespace, k.RuntimeClass)
+	if err != nil {
+		return nil, err
+	}
+	pods.DataLimit = cfg.QuotaBytes
+	pods.ImageList = runners.Images
+	log.Info("runner images from a list", "file", k.RunnersFile, "images", len(runners))
+	return pods, nil
+}
+
+// sandboxManager is the manager of the executor's sandboxes on engine.
+func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, engine sandbox.Engine, folders *files.Folders,
+	proxy *egress.Proxy, state sandbox.StateKeeper, log *slog.Logger) (*sandbox.Manager, error) {
+	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
+	if err != nil {
+		return nil, fmt.Errorf("config: SANDBOX_MAX_WARM: %w", err)
+	}
+	deployment, err := st.Deployment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Idle sandboxes evicted from their conversations are reset and join
+	// the pool for new ones, rather than being removed, when their folder
+	// can be handed over (files.Folders.Recycle).
+	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
+		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+	}
+	// Beside the conversations, which are on the Docker host too: the
+	// sandboxes mount them. A pod mounts nothing of a host (its files
+	// are carried, and egress comes over the agent's stream), and a
+	// folder handed over is not its sandbox's.
+	sockets := filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID)
+	// Pooled sandboxes wait on this host: at their memory limit, they may
+	// take half of what it has available now.
+	poolMemory := availableMemory() / 2
+	if cfg.Engine == "kubernetes" {
+		sockets, recycle, poolMemory = "", nil, 0
+	}
+	return sandbox.NewManager(engine, sandbox.Options{
+		ExecutorID: cfg.ExecutorID,
+		Deployment: deployment,
+		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,
+			FileSize: cfg.QuotaBytes},
+		Logger:     log.With("component", "sandbox"),
+		IdleTTL:    cfg.SessionTTL,
+		MaxWarm:    warm,
+		ImageTag:   cfg.RunnerTag,
+		Recycle:    recycle,
+		MaxPool:    sandbox.WarmLimits{Default: executor.MaxPool},
+		PoolMemory: poolMemory,
+		Inbound:    func(in sandbox.Inbound) { proxy.Serve(in.RunID, in.Conn) },
+		Sockets:    sockets,
+		State:      state,
+	}), nil
+}
+
+// executorBackground are the parts an executor runs beside itself: the
+// janitor of the working copies (with a remote file store) and the link
+// server (standalone, on ln).
+func executorBackground(cfg *config.Config, st *store.Store, folders *files.Folders, copies *workcopy.Copies,
+	ln net.Listener, secret []byte, ex *executor.Executor, log *slog.Logger) lifecycle.Group {
 	var background lifecycle.Group
 	if copies != nil {
 		// A working copy whose conversation went idle is removed here (the
@@ -338,14 +418,9 @@ func StartExecutor(ctx context.Context, cfg *config.Config, rdb redis.UniversalC
 		janitor.BeforeRemove(copies.Forget)
 		background = append(background, janitor)
 	}
-	if linkListener != nil {
-		background = append(background, link.NewServer(link.ServerOptions{Listener: linkListener, Key: link.Key(secret),
+	if ln != nil {
+		background = append(background, link.NewServer(link.ServerOptions{Listener: ln, Key: link.Key(secret),
 			Backend: ex, Logger: log.With("component", "link")}))
 	}
-	if err := background.Start(context.WithoutCancel(ctx)); err != nil {
-		ex.Shutdown(ctx)
-		docker.Close()
-		return nil, err
-	}
-	return &Executor{Executor: ex, Sandboxes: sandboxes, docker: docker, background: background}, nil
+	return background
 }

@@ -41,7 +41,7 @@ func TestOpenRedisSentinel(t *testing.T) {
 		rds, err := OpenRedis(ctx, cfg)
 		if err == nil {
 			defer rds.Close()
-			if err := rds.Client.Set(ctx, "through-sentinel", "1", 0).Err(); err != nil {
+			if err := rds.Conn.Redis().Set(ctx, "through-sentinel", "1", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			break

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +19,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/files"
-	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/auditlog"
 )
 
 // AuditChain returns the chain of AUDIT_KEY, or of a key kept under
@@ -77,7 +78,12 @@ func RunAudit(ctx context.Context, cfg *config.Config, args []string, stdout, st
 		return 2
 	}
 	defer rds.Close()
-	st := store.New(rds.Client)
+	st := auditlog.New(rds.Conn)
+	archive, err := AuditArchive(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "audit:", err)
+		return 2
+	}
 	switch args[0] {
 	case "export":
 		var from time.Time
@@ -93,17 +99,40 @@ func RunAudit(ctx context.Context, cfg *config.Config, args []string, stdout, st
 			fmt.Fprintln(stderr, "audit:", err)
 			return 2
 		}
-		if err := export(ctx, st, chain, from, stdout); err != nil {
+		if err := export(ctx, st, archive, chain, from, stdout); err != nil {
 			fmt.Fprintln(stderr, "audit:", err)
+			if _, ok := errors.AsType[*audit.BrokenError](err); ok {
+				return 1
+			}
 			return 2
 		}
 		return 0
 	default:
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(export(ctx, st, chain, time.Time{}, pw)) }()
-		n, err := verifyLines(chain, pr)
+		n, err := verifyLive(ctx, st, archive, chain)
+		if err != nil {
+			if _, ok := errors.AsType[*verifyError](err); !ok {
+				if _, ok := errors.AsType[*audit.BrokenError](err); !ok {
+					fmt.Fprintln(stderr, "audit:", err)
+					return 2
+				}
+			}
+		}
 		return report(n, err, stdout, stderr)
 	}
+}
+
+// AuditArchive returns where the audit log's oldest entries go once Redis
+// holds AUDIT_MAX_REDIS_ENTRIES: the file store's — the S3 bucket of
+// FILE_STORE, else SANDBOX_ROOT/.audit.
+func AuditArchive(ctx context.Context, cfg *config.Config) (audit.Archive, error) {
+	if cfg.FileStore != nil {
+		s3, err := OpenS3(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s3.AuditArchive(), nil
+	}
+	return audit.NewDirArchive(filepath.Join(cfg.SandboxRoot, ".audit"))
 }
 
 // exportLine is one line of an export: a checkpoint (the first line, when
@@ -113,61 +142,41 @@ type exportLine struct {
 	*audit.Entry
 }
 
-// export writes the sealed log as JSON lines, from the first entry at or
-// after from, preceded by the checkpoint it starts from.
-func export(ctx context.Context, st *store.Store, chain *audit.Chain, from time.Time, w io.Writer) error {
+// export writes the kept log — the archive's segments, then Redis's
+// entries — as JSON lines, from the first entry at or after from,
+// preceded by the checkpoint it starts from.
+func export(ctx context.Context, st *auditlog.Log, archive audit.Archive, chain *audit.Chain, from time.Time, w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	cpRaw, err := st.AuditCheckpoint(ctx)
-	if err != nil {
-		return err
-	}
 	var cp *audit.Checkpoint
-	if cpRaw != "" {
-		cp = new(audit.Checkpoint)
-		if err := json.Unmarshal([]byte(cpRaw), cp); err != nil {
-			return fmt.Errorf("read checkpoint: %w", err)
-		}
-	}
-	const page = 1000
 	started := from.IsZero()
 	var prev *audit.Entry
-	for i := int64(0); ; i += page {
-		raw, err := st.AuditEntries(ctx, i, i+page-1)
-		if err != nil {
-			return err
+	err := audit.Walk(ctx, st, archive, func(c *audit.Checkpoint) error { cp = c; return nil }, func(raw []byte, e audit.Entry) error {
+		if !started && !e.Time.Before(from) {
+			started = true
+			if prev != nil {
+				// A partial export starts from a checkpoint at the entry
+				// before it, signed now.
+				cp = &audit.Checkpoint{Seq: prev.Seq, Hash: prev.Hash, Time: time.Now().UTC()}
+				chain.SignCheckpoint(cp)
+			}
 		}
-		for _, r := range raw {
-			var e audit.Entry
-			if err := json.Unmarshal([]byte(r), &e); err != nil {
-				return fmt.Errorf("read entry: %w", err)
-			}
-			if !started && !e.Time.Before(from) {
-				started = true
-				if prev != nil {
-					// A partial export starts from a checkpoint at the
-					// entry before it, signed now.
-					cp = &audit.Checkpoint{Seq: prev.Seq, Hash: prev.Hash, Time: time.Now().UTC()}
-					chain.SignCheckpoint(cp)
-				}
-			}
-			if !started {
-				ec := e
-				prev = &ec
-				continue
-			}
-			if cp != nil {
-				if err := writeLine(bw, exportLine{Checkpoint: cp}); err != nil {
-					return err
-				}
-				cp = nil
-			}
-			if _, err := bw.WriteString(r + "\n"); err != nil {
+		if !started {
+			prev = &e
+			return nil
+		}
+		if cp != nil {
+			if err := writeLine(bw, exportLine{Checkpoint: cp}); err != nil {
 				return err
 			}
+			cp = nil
 		}
-		if len(raw) < page {
-			break
+		if _, err := bw.Write(raw); err != nil {
+			return err
 		}
+		return bw.WriteByte('\n')
+	})
+	if err != nil {
+		return err
 	}
 	if cp != nil {
 		if err := writeLine(bw, exportLine{Checkpoint: cp}); err != nil {
@@ -175,6 +184,33 @@ func export(ctx context.Context, st *store.Store, chain *audit.Chain, from time.
 		}
 	}
 	return bw.Flush()
+}
+
+// verifyError is a break in the chain the verifier found.
+type verifyError struct{ err error }
+
+func (e *verifyError) Error() string { return e.err.Error() }
+
+// verifyLive checks the kept log where it is: the archive's segments,
+// then Redis.
+func verifyLive(ctx context.Context, st *auditlog.Log, archive audit.Archive, chain *audit.Chain) (int, error) {
+	var v *audit.Verifier
+	err := audit.Walk(ctx, st, archive, func(cp *audit.Checkpoint) error {
+		var err error
+		if v, err = chain.NewVerifier(cp); err != nil {
+			return &verifyError{err}
+		}
+		return nil
+	}, func(_ []byte, e audit.Entry) error {
+		if err := v.Next(e); err != nil {
+			return &verifyError{err}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return v.Count(), nil
 }
 
 func writeLine(w *bufio.Writer, v any) error {

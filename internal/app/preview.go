@@ -71,7 +71,8 @@ func startPreviews(ctx context.Context, cfg *config.Config, d previewDeps) (*pre
 	p.service = preview.NewService(preview.Options{Key: preview.Key(d.secret), Domain: domain, TTL: cfg.PreviewURLTTL,
 		Store: d.store, Link: lk, Logger: d.log, Unserved: d.unserved})
 	p.router = preview.NewRouter(p.service, lk, preview.Limits{MaxRequest: cfg.PreviewMaxRequest,
-		MaxResponse: cfg.PreviewMaxResponse, Rate: cfg.PreviewRate, WriteStall: api.WriteStall}, d.clock, d.log)
+		MaxResponse: cfg.PreviewMaxResponse, Rate: cfg.PreviewRate, WriteStall: api.WriteStall, StreamIdle: cfg.PreviewStreamIdle,
+		MaxStreams: cfg.PreviewMaxStreams, MaxStreamsPerConversation: cfg.PreviewMaxStreamsPerConversation}, d.clock, d.log)
 	preview.Register(d.mcp, p.service)
 
 	proj := projects.New(projects.Options{Runs: d.runs, Store: d.store, Link: lk, Previews: p.service,

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/auditlog"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -90,23 +91,51 @@ func TestChainDetectsTampering(t *testing.T) {
 	}
 }
 
+// TestSanitize: every argument that carries text is in the log as a
+// digest only, whatever its tool, its name or its depth; names, ids and
+// choices are kept, and numbers and booleans.
 func TestSanitize(t *testing.T) {
+	const marker = "sk-live-MARKER"
 	got := Sanitize(map[string]any{
-		"code": "print('secret-code')", "data": "typed input", "content_base64": "c2VjcmV0",
-		"env": map[string]any{"API_KEY": "sk-live-secret"}, "language": "python", "timeout_seconds": float64(5),
-		"conversationId": strings.Repeat("x", 1000), "nested": map[string]any{"a": "secret-nested"},
+		// run_code, start_run, run_python
+		"code": "print('" + marker + "')", "stdin": marker, "env": map[string]any{"API_KEY": marker},
+		"packages": []any{"git+https://" + marker + "@example.com/x.git"},
+		// execute_code, execute_code_async
+		"command": "curl -H 'Authorization: " + marker + "' x", "environment": map[string]any{"TOKEN": marker},
+		// send_stdin, both forms
+		"data": marker, "input_data": marker,
+		// upload_file, git, projects
+		"content_base64": marker, "commit_message": marker, "pr_title": marker,
+		// an argument no tool has yet, and text where a number belongs
+		"future_field": marker, "port": marker, "nested": map[string]any{"a": marker},
+		"sandbox_config": map[string]any{"network": map[string]any{"allowed_domains": []any{"pypi.org"}, "proxy": marker},
+			"filesystem": map[string]any{"deny_read": []any{"/data/secret"}}},
+		// kept
+		"language": "python", "timeout_seconds": float64(5), "interactive": true,
+		"conversationId": strings.Repeat("x", 1000), "execution_id": "run_0123", "secrets": []any{"openai_api_key"},
 	})
 	b, _ := json.Marshal(got)
-	for _, secret := range []string{"secret-code", "typed input", "c2VjcmV0", "sk-live-secret", "secret-nested"} {
-		if strings.Contains(string(b), secret) {
-			t.Errorf("sanitized params show %q: %s", secret, b)
-		}
+	if strings.Contains(string(b), "MARKER") {
+		t.Errorf("sanitized params show the marker: %s", b)
 	}
-	if got["language"] != "python" || got["timeout_seconds"] != float64(5) {
+	if got["language"] != "python" || got["timeout_seconds"] != float64(5) || got["interactive"] != true || got["execution_id"] != "run_0123" {
 		t.Errorf("plain params: %s", b)
 	}
-	if code, _ := got["code"].(map[string]any); code["len"] != 20 || len(code["sha256"].(string)) != 64 {
+	if c := got["conversationId"].(string); len(c) > maxParamString+len("…") {
+		t.Errorf("a long name is kept whole: %d bytes", len(c))
+	}
+	if code, _ := got["code"].(map[string]any); code["len"] != len("print('"+marker+"')") || len(code["sha256"].(string)) != 64 {
 		t.Errorf("code: %v", got["code"])
+	}
+	if env := got["environment"].(map[string]any); env["TOKEN"].(map[string]any)["len"] != len(marker) {
+		t.Errorf("environment: the names stay, the values are digests: %v", env)
+	}
+	if s := got["secrets"].(map[string]any); s["count"] != 1 || s["secrets"].([]any)[0] != "openai_api_key" {
+		t.Errorf("secrets: their names stay: %v", got["secrets"])
+	}
+	sc := got["sandbox_config"].(map[string]any)
+	if d := sc["network"].(map[string]any)["allowed_domains"].(map[string]any); d["count"] != 1 || d["allowed_domains"].([]any)[0] != "pypi.org" {
+		t.Errorf("sandbox_config: %s", b)
 	}
 }
 
@@ -117,6 +146,7 @@ func TestSanitizeFiles(t *testing.T) {
 	for i := range many {
 		many[i] = "f" + strings.Repeat("x", i)
 	}
+	many[2] = map[string]any{"not": "secret-path"}
 	got := Sanitize(map[string]any{
 		"files": []any{
 			map[string]any{"path": "report.md", "content": "secret report", "encoding": "utf-8"},
@@ -127,7 +157,7 @@ func TestSanitizeFiles(t *testing.T) {
 		"paths":         many,
 	})
 	b, _ := json.Marshal(got)
-	for _, secret := range []string{"secret report", "c2VjcmV0", "secret-mode", "secret-bare", "secret-js"} {
+	for _, secret := range []string{"secret report", "c2VjcmV0", "secret-mode", "secret-bare", "secret-js", "secret-path"} {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("sanitized params show %q: %s", secret, b)
 		}
@@ -141,7 +171,7 @@ func TestSanitizeFiles(t *testing.T) {
 		t.Errorf("content: %v", c)
 	}
 	paths := got["paths"].(map[string]any)
-	if paths["count"] != 40 || len(paths["paths"].([]string)) != maxParamItems || paths["paths"].([]string)[1] != "fx" {
+	if paths["count"] != 40 || len(paths["paths"].([]any)) != maxParamItems || paths["paths"].([]any)[1] != "fx" {
 		t.Errorf("paths: %v", paths)
 	}
 	byMap := Sanitize(map[string]any{"files": map[string]any{"x/y.txt": "secret-y"}})["files"].(map[string]any)
@@ -161,7 +191,7 @@ func TestSealersShareOneChain(t *testing.T) {
 	clock := clockwork.NewRealClock()
 	var sealers []*Sealer
 	for range 2 {
-		st := store.New(testenv.Client(t, url))
+		st := auditlog.New(store.NewConn(testenv.Client(t, url)))
 		s := NewSealer(st, chain, 0, clock, log)
 		if err := s.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -171,7 +201,7 @@ func TestSealersShareOneChain(t *testing.T) {
 	var wg sync.WaitGroup
 	const perReplica = 200
 	for r := range 2 {
-		rec := NewRecorder(store.New(testenv.Client(t, url)), clock, log)
+		rec := NewRecorder(auditlog.New(store.NewConn(testenv.Client(t, url))), clock, log)
 		wg.Go(func() {
 			for i := range perReplica {
 				c, err := rec.Begin(ctx, Entry{Client: "alice", Tool: "run_code", Params: Sanitize(map[string]any{"code": "x", "i": float64(i), "replica": float64(r)})})
@@ -184,14 +214,14 @@ func TestSealersShareOneChain(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	st := store.New(testenv.Client(t, url))
+	st := auditlog.New(store.NewConn(testenv.Client(t, url)))
 	if err := sealers[0].SealAll(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sealers {
 		s.Stop()
 	}
-	raw, err := st.AuditEntries(ctx, 0, -1)
+	raw, err := st.Entries(ctx, 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,14 +242,14 @@ func TestSealersShareOneChain(t *testing.T) {
 	mid := entries[len(entries)/2].Time
 	fake := clockwork.NewFakeClockAt(mid.Add(time.Hour))
 	trimmer := NewSealer(st, chain, time.Hour, fake, log)
-	if held, _ := st.AuditLease(ctx, trimmer.holder, time.Minute); !held {
+	if held, _ := st.Lease(ctx, trimmer.holder, time.Minute); !held {
 		t.Fatal("no lease")
 	}
 	if err := trimmer.Trim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ = st.AuditEntries(ctx, 0, -1)
-	cpRaw, _ := st.AuditCheckpoint(ctx)
+	raw, _ = st.Entries(ctx, 0, -1)
+	cpRaw, _ := st.Checkpoint(ctx)
 	var cp Checkpoint
 	if err := json.Unmarshal([]byte(cpRaw), &cp); err != nil || len(raw) >= len(entries) || len(raw) == 0 {
 		t.Fatalf("after trim: %d entries, checkpoint %q", len(raw), cpRaw)
@@ -239,7 +269,7 @@ func TestSealersShareOneChain(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	url := testenv.Redis(b)
 	ctx := context.Background()
-	rec := NewRecorder(store.New(testenv.Client(b, url)), clockwork.NewRealClock(), slog.New(slog.DiscardHandler))
+	rec := NewRecorder(auditlog.New(store.NewConn(testenv.Client(b, url))), clockwork.NewRealClock(), slog.New(slog.DiscardHandler))
 	params := Sanitize(map[string]any{"code": "print(1)", "language": "python", "conversationId": "bench"})
 	for b.Loop() {
 		c, err := rec.Begin(ctx, Entry{Client: "alice", Tool: "run_code", Params: params})

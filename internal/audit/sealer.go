@@ -12,7 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/auditlog"
 )
 
 const (
@@ -25,24 +25,37 @@ const (
 	sealBatch = 500
 	// trimEvery is how often entries past retention are looked for.
 	trimEvery = time.Minute
+	// maxSegment bounds the entries of one segment of the archive.
+	maxSegment = 10000
 )
 
 // Sealer chains raw entries into the log while it holds the lease; every
 // api runs one, one of them works. Start/Stop as every background part.
 type Sealer struct {
 	lifecycle.Base
-	store     *store.Store
+	store     *auditlog.Log
 	chain     *Chain
 	retention time.Duration
 	clock     clockwork.Clock
 	log       *slog.Logger
 	holder    string
+	// archive, when set, takes the oldest entries once Redis holds more
+	// than maxEntries.
+	archive    Archive
+	maxEntries int64
 }
 
 // NewSealer returns a Sealer; retention 0 keeps every entry.
-func NewSealer(st *store.Store, chain *Chain, retention time.Duration, clock clockwork.Clock, log *slog.Logger) *Sealer {
+func NewSealer(st *auditlog.Log, chain *Chain, retention time.Duration, clock clockwork.Clock, log *slog.Logger) *Sealer {
 	return &Sealer{store: st, chain: chain, retention: retention, clock: clock,
 		log: log.With("component", "audit"), holder: rand.Text()}
+}
+
+// Archive makes the sealer move the oldest sealed entries to a, in
+// segments, whenever Redis holds more than maxEntries of them
+// (AUDIT_MAX_REDIS_ENTRIES). Call it before Start.
+func (s *Sealer) Archive(a Archive, maxEntries int) {
+	s.archive, s.maxEntries = a, int64(maxEntries)
 }
 
 // Start runs the sealer until Stop.
@@ -51,10 +64,10 @@ func (s *Sealer) Start(ctx context.Context) error {
 }
 
 func (s *Sealer) loop(ctx context.Context) {
-	defer func() { _ = s.store.AuditRelease(context.WithoutCancel(ctx), s.holder) }()
+	defer func() { _ = s.store.Release(context.WithoutCancel(ctx), s.holder) }()
 	lastTrim := time.Time{}
 	for ctx.Err() == nil {
-		held, err := s.store.AuditLease(ctx, s.holder, leaseTTL)
+		held, err := s.store.Lease(ctx, s.holder, leaseTTL)
 		if err != nil || !held {
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("audit sealer lease", "err", err)
@@ -72,6 +85,9 @@ func (s *Sealer) loop(ctx context.Context) {
 			case <-s.clock.After(time.Second):
 			}
 		}
+		if err := s.Export(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("export audit entries to the file store", "err", err)
+		}
 		if s.retention > 0 && s.clock.Since(lastTrim) >= trimEvery {
 			lastTrim = s.clock.Now()
 			if err := s.Trim(ctx); err != nil && ctx.Err() == nil {
@@ -84,11 +100,11 @@ func (s *Sealer) loop(ctx context.Context) {
 // SealPending seals what waits, waiting up to block for something when
 // nothing does. The caller holds the lease. It returns how many it sealed.
 func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, error) {
-	head, err := s.store.AuditHead(ctx)
+	head, err := s.store.Head(ctx)
 	if err != nil {
 		return 0, err
 	}
-	raws, err := s.store.AuditPending(ctx, head.LastRaw, sealBatch, block)
+	raws, err := s.store.Pending(ctx, head.LastRaw, sealBatch, block)
 	if err != nil || len(raws) == 0 {
 		return 0, err
 	}
@@ -113,18 +129,90 @@ func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, err
 		ids = append(ids, r.ID)
 		to.Seq, to.Hash, to.LastRaw = e.Seq, e.Hash, r.ID
 	}
-	if err := s.store.AuditSeal(ctx, s.holder, head, to, sealed, ids); err != nil {
+	if err := s.store.Seal(ctx, s.holder, head, to, sealed, ids); err != nil {
 		return 0, err
 	}
 	return len(sealed), nil
 }
 
-// Trim removes the entries past retention, leaving a signed checkpoint
-// at the last one removed.
+// Export moves the oldest sealed entries to the archive, a segment at a
+// time, while Redis holds more than its bound: each segment is stored
+// whole before its entries leave Redis, so none is ever only in neither.
+// The caller holds the lease.
+func (s *Sealer) Export(ctx context.Context) error {
+	if s.archive == nil || s.maxEntries <= 0 {
+		return nil
+	}
+	for {
+		n, err := s.store.Len(ctx)
+		if err != nil || n <= s.maxEntries {
+			return err
+		}
+		// Down to three quarters of the bound, so that segments are not
+		// made one entry at a time.
+		size := min(n-s.maxEntries*3/4, maxSegment)
+		raw, err := s.store.Entries(ctx, 0, size-1)
+		if err != nil || len(raw) == 0 {
+			return err
+		}
+		var first, last Entry
+		if err := json.Unmarshal([]byte(raw[0]), &first); err != nil {
+			return fmt.Errorf("read audit entry: %w", err)
+		}
+		if err := json.Unmarshal([]byte(raw[len(raw)-1]), &last); err != nil {
+			return fmt.Errorf("read audit entry: %w", err)
+		}
+		seg := Segment{Name: segmentName(first.Seq, last.Seq), First: first.Seq, Last: last.Seq, LastHash: last.Hash,
+			LastTime: last.Time.UTC().Format(time.RFC3339Nano)}
+		var data []byte
+		for _, r := range raw {
+			data = append(append(data, r...), '\n')
+		}
+		if err := s.archive.Put(ctx, seg.Name, data); err != nil {
+			return err
+		}
+		index, _ := json.Marshal(seg)
+		if err := s.store.Exported(ctx, s.holder, raw[0], int64(len(raw)), string(index)); err != nil {
+			return err
+		}
+		s.log.Info("audit entries exported to the file store", "segment", seg.Name, "entries", len(raw))
+	}
+}
+
+// Trim removes the entries past retention — whole segments of the
+// archive first, then entries in Redis once none is left — leaving a
+// signed checkpoint at the last one removed.
 func (s *Sealer) Trim(ctx context.Context) error {
 	cutoff := s.clock.Now().Add(-s.retention)
 	for {
-		raw, err := s.store.AuditEntries(ctx, 0, sealBatch-1)
+		_, segs, err := s.store.Archived(ctx)
+		if err != nil || len(segs) == 0 {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		var seg Segment
+		if err := json.Unmarshal([]byte(segs[0]), &seg); err != nil {
+			return fmt.Errorf("read audit segment index: %w", err)
+		}
+		if t, err := time.Parse(time.RFC3339Nano, seg.LastTime); err != nil || !t.Before(cutoff) {
+			return err
+		}
+		cp := Checkpoint{Seq: seg.Last, Hash: seg.LastHash, Time: s.clock.Now().UTC()}
+		s.chain.SignCheckpoint(&cp)
+		b, _ := json.Marshal(cp)
+		if err := s.store.DropSegment(ctx, s.holder, segs[0], string(b)); err != nil {
+			return err
+		}
+		if s.archive != nil {
+			if err := s.archive.Remove(ctx, seg.Name); err != nil {
+				s.log.Warn("remove an audit segment past retention", "segment", seg.Name, "err", err)
+			}
+		}
+	}
+	for {
+		raw, err := s.store.Entries(ctx, 0, sealBatch-1)
 		if err != nil {
 			return err
 		}
@@ -146,7 +234,7 @@ func (s *Sealer) Trim(ctx context.Context) error {
 		cp := Checkpoint{Seq: last.Seq, Hash: last.Hash, Time: s.clock.Now().UTC()}
 		s.chain.SignCheckpoint(&cp)
 		b, _ := json.Marshal(cp)
-		if err := s.store.AuditTrim(ctx, s.holder, int64(n), string(b)); err != nil {
+		if err := s.store.Trim(ctx, s.holder, int64(n), string(b)); err != nil {
 			return err
 		}
 		if n < len(raw) {
@@ -158,22 +246,22 @@ func (s *Sealer) Trim(ctx context.Context) error {
 // SealAll seals everything recorded up to now, taking the lease if it is
 // free, or waits for the sealer that holds it; for export.
 func (s *Sealer) SealAll(ctx context.Context, timeout time.Duration) error {
-	target, err := s.store.AuditLastRaw(ctx)
+	target, err := s.store.LastRaw(ctx)
 	if err != nil {
 		return err
 	}
 	deadline := s.clock.Now().Add(timeout)
 	for {
-		head, err := s.store.AuditHead(ctx)
+		head, err := s.store.Head(ctx)
 		if err != nil {
 			return err
 		}
 		if !rawBefore(head.LastRaw, target) {
 			return nil
 		}
-		if held, err := s.store.AuditLease(ctx, s.holder, leaseTTL); err == nil && held {
+		if held, err := s.store.Lease(ctx, s.holder, leaseTTL); err == nil && held {
 			_, err := s.SealPending(ctx, 0)
-			if err != nil && !errors.Is(err, store.ErrAuditConflict) {
+			if err != nil && !errors.Is(err, auditlog.ErrConflict) {
 				return err
 			}
 			continue
@@ -190,7 +278,7 @@ func (s *Sealer) SealAll(ctx context.Context, timeout time.Duration) error {
 }
 
 // Release gives the lease up.
-func (s *Sealer) Release(ctx context.Context) error { return s.store.AuditRelease(ctx, s.holder) }
+func (s *Sealer) Release(ctx context.Context) error { return s.store.Release(ctx, s.holder) }
 
 // rawBefore reports whether stream id a comes before b ("ms-seq").
 func rawBefore(a, b string) bool {

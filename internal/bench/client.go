@@ -102,6 +102,25 @@ func Upload(ctx context.Context, cs *mcp.ClientSession, cid, name string, data [
 	return nil
 }
 
+// Fork forks a conversation once (fork_conversation) and returns the
+// fork's id.
+func Fork(ctx context.Context, cs *mcp.ClientSession, cid string) (string, error) {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fork_conversation", Arguments: map[string]any{"conversationId": cid}})
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var out struct {
+		Conversations []struct {
+			ConversationID string `json:"conversationId"`
+		} `json:"conversations"`
+	}
+	if res.IsError || json.Unmarshal(b, &out) != nil || len(out.Conversations) != 1 {
+		return "", fmt.Errorf("fork_conversation: %s", b)
+	}
+	return out.Conversations[0].ConversationID, nil
+}
+
 // Event is the part of a run event the bench reads.
 type Event struct {
 	Seq  int64     `json:"seq"`

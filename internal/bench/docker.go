@@ -10,8 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker"
 )
 
 // The baselines: what the same work costs with Docker alone.
@@ -103,31 +102,10 @@ func (c *Container) Remove() {
 // Engine API: what a run waits for before it can start when every run
 // gets a new container.
 func APIStart(ctx context.Context, image string, n int) ([]time.Duration, error) {
-	cli, err := client.New(client.FromEnv)
+	e, err := docker.Open(ctx, docker.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return nil, err
-	}
-	var out []time.Duration
-	for range n {
-		t := time.Now()
-		created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-			Config:     &container.Config{Image: image, Entrypoint: []string{"sleep"}, Cmd: []string{"infinity"}, NetworkDisabled: true},
-			HostConfig: &container.HostConfig{NetworkMode: "none"},
-		})
-		if err != nil {
-			return nil, err
-		}
-		_, err = cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{})
-		d := time.Since(t)
-		_, _ = cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
+	defer e.Close()
+	return e.StartTimes(ctx, image, n)
 }

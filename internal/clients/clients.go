@@ -9,15 +9,18 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/egress"
+	"github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
 // Tier is a set of limits; a zero limit is no limit.
@@ -36,6 +39,9 @@ type Tier struct {
 	// their runs to reach, in place of SANDBOX_EGRESS_ALLOW; nil: that
 	// list, empty: none.
 	EgressDomains []string `yaml:"egress_domains"`
+	// Secrets are the names of the secrets of SANDBOX_SECRETS_FILE the
+	// tier's clients' runs may ask for; nil: all of them, empty: none.
+	Secrets []string `yaml:"secrets"`
 }
 
 // Built-in tiers, as the contract gives them.
@@ -52,6 +58,54 @@ const DefaultTier = "unlimited"
 type Client struct {
 	Name string
 	Tier Tier
+	// Webhook is the client's webhook settings (CLIENTS_FILE).
+	Webhook Webhook
+}
+
+// Webhook is a client's webhook settings: the secrets its webhooks are
+// signed with (webhook_secret: one, or the current and the previous while
+// rotating), its default callback (webhook_url), the hosts its callbacks
+// may go to besides WEBHOOK_ALLOW (webhook_domains), and the events it
+// asks for (webhook_events). A client with none may not ask for webhooks.
+type Webhook struct {
+	Secrets []string
+	URL     string
+	Domains egress.Patterns
+	Events  []string
+}
+
+// IsZero reports whether w sets nothing.
+func (w Webhook) IsZero() bool {
+	return len(w.Secrets) == 0 && w.URL == "" && len(w.Domains) == 0 && len(w.Events) == 0
+}
+
+// Webhooks returns the clients' webhook settings by name, for those that
+// have some.
+func (cs Clients) Webhooks() map[string]Webhook {
+	out := map[string]Webhook{}
+	for _, c := range cs {
+		if !c.Webhook.IsZero() {
+			out[c.Name] = c.Webhook
+		}
+	}
+	return out
+}
+
+// stringList is a YAML value given as one string or a list of them.
+type stringList []string
+
+func (l *stringList) UnmarshalYAML(unmarshal func(any) error) error {
+	var one string
+	if err := unmarshal(&one); err == nil {
+		*l = stringList{one}
+		return nil
+	}
+	var many []string
+	if err := unmarshal(&many); err != nil {
+		return errors.New("must be a string or a list of strings")
+	}
+	*l = many
+	return nil
 }
 
 // Digest is the SHA-256 of a token: tokens are kept and compared only as
@@ -64,10 +118,14 @@ type Clients map[Digest]Client
 // file is CLIENTS_FILE.
 type file struct {
 	Clients []struct {
-		Name        string `yaml:"name"`
-		Token       string `yaml:"token"`
-		TokenSHA256 string `yaml:"token_sha256"`
-		Tier        string `yaml:"tier"`
+		Name           string     `yaml:"name"`
+		Token          string     `yaml:"token"`
+		TokenSHA256    string     `yaml:"token_sha256"`
+		Tier           string     `yaml:"tier"`
+		WebhookSecret  stringList `yaml:"webhook_secret"`
+		WebhookURL     string     `yaml:"webhook_url"`
+		WebhookDomains []string   `yaml:"webhook_domains"`
+		WebhookEvents  []string   `yaml:"webhook_events"`
 	} `yaml:"clients"`
 	Tiers map[string]Tier `yaml:"tiers"`
 }
@@ -133,8 +191,62 @@ func Load(token, tokens, clientsFile string) (Clients, error) {
 		if err := l.add(src, c.Name, d, length, c.Tier, false); err != nil {
 			return nil, err
 		}
+		wh, err := webhook(c.WebhookSecret, c.WebhookURL, c.WebhookDomains, c.WebhookEvents)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s (%q): %w", src, c.Name, err)
+		}
+		if err := l.setWebhook(c.Name, wh); err != nil {
+			return nil, fmt.Errorf("config: %s (%q): %w", src, c.Name, err)
+		}
 	}
 	return l.clients, nil
+}
+
+// webhook checks a client's webhook settings. Its URL is checked against
+// the webhooks' policy where that is known (internal/webhooks).
+func webhook(secrets []string, url string, domains, events []string) (Webhook, error) {
+	if _, err := signature.Parse(secrets); err != nil {
+		return Webhook{}, fmt.Errorf("webhook_secret: %w", err)
+	}
+	ds, err := egress.ParsePatterns(domains)
+	if err != nil {
+		return Webhook{}, fmt.Errorf("webhook_domains: %w", err)
+	}
+	for _, e := range events {
+		if !slices.Contains(webhookEvents, e) {
+			return Webhook{}, fmt.Errorf("webhook_events: %q is not one of %s", truncate(e), strings.Join(webhookEvents, ", "))
+		}
+	}
+	w := Webhook{Secrets: secrets, URL: strings.TrimSpace(url), Domains: ds, Events: events}
+	if len(secrets) == 0 && !w.IsZero() {
+		return Webhook{}, errors.New("webhook settings without webhook_secret: its webhooks could not be signed")
+	}
+	return w, nil
+}
+
+// webhookEvents are the events webhook_events may name.
+var webhookEvents = []string{runbox.WebhookRunStarted, runbox.WebhookRunCompleted, runbox.WebhookBatchCompleted}
+
+// setWebhook gives the client name's entries their webhook settings: one
+// client's several tokens must not give it two.
+func (l *loader) setWebhook(name string, w Webhook) error {
+	for d, c := range l.clients {
+		if c.Name != name {
+			continue
+		}
+		if !c.Webhook.IsZero() && !w.IsZero() && !sameWebhook(c.Webhook, w) {
+			return errors.New("another entry of this client gives other webhook settings")
+		}
+		if !w.IsZero() {
+			c.Webhook = w
+			l.clients[d] = c
+		}
+	}
+	return nil
+}
+
+func sameWebhook(a, b Webhook) bool {
+	return slices.Equal(a.Secrets, b.Secrets) && a.URL == b.URL && slices.Equal(a.Domains, b.Domains) && slices.Equal(a.Events, b.Events)
 }
 
 type loader struct {

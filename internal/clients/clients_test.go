@@ -115,3 +115,49 @@ func FuzzLoadTokens(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadWebhooks(t *testing.T) {
+	const s1, s2 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_dGhlLW5ldy1zZWNyZXQtb2YtdGhpcnR5LXR3by1ieXQ="
+	load := func(file string) (Clients, error) {
+		path := filepath.Join(t.TempDir(), "clients.yaml")
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load("", "", path)
+	}
+	cs, err := load(`
+clients:
+  - {name: n8n, token: n8n-token-1, webhook_secret: ` + s1 + `, webhook_url: "https://hooks.n8n.example/runbox",
+     webhook_domains: [hooks.n8n.example, "*.n8n.example"], webhook_events: [run.started]}
+  - {name: n8n, token: n8n-token-2}
+  - {name: rotating, token: rotating-token, webhook_secret: [` + s2 + `, ` + s1 + `]}
+  - {name: plain, token: plain-token}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cs.Webhooks()
+	if n := w["n8n"]; len(n.Secrets) != 1 || n.URL != "https://hooks.n8n.example/runbox" || len(n.Domains) != 2 || n.Events[0] != "run.started" {
+		t.Errorf("n8n: %+v", n)
+	}
+	if r := w["rotating"]; len(r.Secrets) != 2 || r.Secrets[0] != s2 {
+		t.Errorf("rotating: %+v", r)
+	}
+	if _, ok := w["plain"]; ok || len(w) != 2 {
+		t.Errorf("Webhooks() = %+v", w)
+	}
+	for file, want := range map[string]string{
+		`clients: [{name: a, token: a-token-123, webhook_secret: "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}]`:                                    "webhook_secret",
+		`clients: [{name: a, token: a-token-123, webhook_url: "https://x.example/"}]`:                                                     "without webhook_secret",
+		`clients: [{name: a, token: a-token-123, webhook_secret: ` + s1 + `, webhook_events: [run.ended]}]`:                               "webhook_events",
+		`clients: [{name: a, token: a-token-123, webhook_secret: ` + s1 + `, webhook_domains: ["127.0.0.1"]}]`:                            "webhook_domains",
+		`clients: [{name: a, token: a-token-123, webhook_secret: ` + s1 + `}, {name: a, token: a-token-456, webhook_secret: ` + s2 + `}]`: "other webhook settings",
+	} {
+		_, err := load(file)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error about %s", file, err, want)
+		} else if strings.Contains(err.Error(), "MfKQ9r8") {
+			t.Errorf("the error names the secret: %v", err)
+		}
+	}
+}

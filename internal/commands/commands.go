@@ -50,11 +50,24 @@ const (
 	maxCommandShown = 4 << 10
 )
 
+// Store keeps the sessions' executions (*store.Store), and says what the
+// executors offer and how many runs a client has going.
+type Store interface {
+	ReserveExecution(ctx context.Context, ref store.SessionRef, limits store.ExecutionLimits) (store.Reservation, error)
+	Release(ctx context.Context, r store.Reservation) error
+	RecordExecution(ctx context.Context, r store.Reservation, e store.Execution) error
+	SessionExecution(ctx context.Context, ref store.SessionRef, id string) (store.Execution, error)
+	ExecutionOf(ctx context.Context, id string) (store.Execution, error)
+	SessionExecutions(ctx context.Context, ref store.SessionRef, n int) ([]store.Execution, error)
+	ActiveRuns(ctx context.Context, client string) (int, error)
+	Landlock(ctx context.Context) (bool, error)
+}
+
 // Service runs and follows executions.
 type Service struct {
 	runs     *runs.Service
 	convs    *conversations.Service
-	store    *store.Store
+	store    Store
 	sessions *sessions.Service
 	limits   Limits
 	log      *slog.Logger
@@ -62,7 +75,7 @@ type Service struct {
 
 // New returns a Service; it ends a session's executions and removes its
 // folder when the session ends.
-func New(rs *runs.Service, cs *conversations.Service, st *store.Store, ss *sessions.Service, limits Limits, log *slog.Logger) *Service {
+func New(rs *runs.Service, cs *conversations.Service, st Store, ss *sessions.Service, limits Limits, log *slog.Logger) *Service {
 	s := &Service{runs: rs, convs: cs, store: st, sessions: ss, limits: limits, log: log.With("component", "commands")}
 	ss.OnEnd(s.endSession)
 	return s
@@ -77,6 +90,8 @@ type AsyncInput struct {
 	WorkingDirectory string            `json:"working_directory,omitempty" jsonschema:"where it runs: under /data or /tmp, or relative to /data (default /data, the session's folder)"`
 	Environment      map[string]string `json:"environment,omitempty" jsonschema:"extra environment variables (not HOME, PATH, proxy or package-index settings)"`
 	SandboxConfig    *SandboxConfig    `json:"sandbox_config,omitempty" jsonschema:"narrows what the command may reach and touch"`
+	Secrets          []string          `json:"secrets,omitempty" jsonschema:"names of the operator's secrets the command's HTTPS requests to their domains carry (e.g. [\"openai\"]): it finds a placeholder under the name upper-cased (OPENAI), never the value; runbox's proxy adds the value to the requests to the secret's domains, which it may reach"`
+	CallbackURL      string            `json:"callback_url,omitempty" jsonschema:"an https URL runbox POSTs the execution's run record to when it ends, signed per Standard Webhooks; its host must be one this client's callbacks may go to"`
 }
 
 // ExecuteInput are execute_code's arguments.
@@ -142,18 +157,26 @@ func (s *Service) session(ctx context.Context) (sessions.Ref, error) {
 	return ref, nil
 }
 
+// Executed is execute_code's answer: the execution's Output, or Started
+// when it was not waited for.
+type Executed = mcp.OneOf[Output, Started]
+
 // Execute starts a command; with wait it follows it to its end (or as
 // long as its timeout, and then answers as it stands).
-func (s *Service) Execute(ctx context.Context, in ExecuteInput) (any, error) {
+func (s *Service) Execute(ctx context.Context, in ExecuteInput) (Executed, error) {
 	id, timeout, err := s.start(ctx, in.AsyncInput)
 	if err != nil {
-		return nil, err
+		return Executed{}, err
 	}
 	if in.WaitForCompletion != nil && !*in.WaitForCompletion {
-		return Started{ExecutionID: id, Status: StatusRunning,
-			Message: "Execution started. Use get_execution_output to retrieve results."}, nil
+		return Executed{Second: &Started{ExecutionID: id, Status: StatusRunning,
+			Message: "Execution started. Use get_execution_output to retrieve results."}}, nil
 	}
-	return s.output(ctx, id, time.Duration(timeout)*time.Second+waitMargin)
+	out, err := s.output(ctx, id, time.Duration(timeout)*time.Second+waitMargin)
+	if err != nil {
+		return Executed{}, err
+	}
+	return Executed{First: &out}, nil
 }
 
 // ExecuteAsync starts a command and answers at once.
@@ -244,9 +267,11 @@ func (s *Service) spec(ctx context.Context, in AsyncInput) (runbox.Spec, error) 
 		Env:            in.Environment,
 		Interactive:    in.Interactive,
 		Network:        network,
+		Secrets:        in.Secrets,
 		Filesystem:     fs,
 		Parallel:       true,
 		Command:        true,
+		CallbackURL:    in.CallbackURL,
 	}, nil
 }
 

@@ -1,14 +1,14 @@
 package commands
 
 import (
-	"github.com/google/jsonschema-go/jsonschema"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox/internal/mcp"
 )
 
-// Register adds the streaming sandbox server's tools to the MCP server,
-// and has send_stdin take their execution_id and input_data too.
+// Register adds the streaming sandbox server's tools to the MCP server.
+// send_stdin takes their execution_id and input_data through the
+// Service given to mcp.New as its Executions.
 func Register(s *mcp.Server, svc *Service) {
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: "execute_code",
@@ -18,30 +18,28 @@ func Register(s *mcp.Server, svc *Service) {
 			"curl, jq and make; /data (also /mnt/data) is the session's folder, shared by its executions. With " +
 			"wait_for_completion: false it returns at once with the execution_id (follow it with get_execution_output). " +
 			"No network unless sandbox_config.network.allowed_domains names what it may reach.",
-	}, mcp.ToolSpec{Out: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{mcp.SchemaOf[Output](), mcp.SchemaOf[Started]()}},
-		Destructive: true, Egress: true}, svc.Execute)
+	}, mcp.ToolSpec{Destructive: true, Egress: true}, svc.Execute)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: "execute_code_async",
 		Description: "Start a shell command in this session's sandbox and return at once with its execution_id; " +
 			"follow it with get_execution_output or get_execution_status, end it with cancel_execution.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[Started](), Destructive: true, Egress: true}, svc.ExecuteAsync)
+	}, mcp.ToolSpec{Destructive: true, Egress: true}, svc.ExecuteAsync)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: "get_execution_output",
 		Description: "An execution's status, exit_code and every output event so far; wait: true waits for it to end " +
 			"(at most its timeout) first.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[Output](), ReadOnly: true, Idempotent: true}, svc.Output)
+	}, mcp.ToolSpec{ReadOnly: true, Idempotent: true}, svc.Output)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: "cancel_execution",
 		Description: "Cancel an execution of this session: it gets SIGTERM and 5 s to end, then is killed; force: true " +
 			"kills it at once. It ends cancelled.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[Cancelled](), Destructive: true, Idempotent: true}, svc.Cancel)
+	}, mcp.ToolSpec{Destructive: true, Idempotent: true}, svc.Cancel)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name:        "list_executions",
 		Description: "The executions of this MCP session (its last 100, oldest first): id, status, command and times.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[List](), ReadOnly: true, Idempotent: true}, svc.List)
+	}, mcp.ToolSpec{ReadOnly: true, Idempotent: true}, svc.List)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name:        "get_execution_status",
 		Description: "An execution's status in detail: status, exit_code, command, started and completed times, duration.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[Info](), ReadOnly: true, Idempotent: true}, svc.Status)
-	s.SetExecutionInput(svc)
+	}, mcp.ToolSpec{ReadOnly: true, Idempotent: true}, svc.Status)
 }

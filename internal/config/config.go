@@ -5,21 +5,23 @@ package config
 
 import (
 	"cmp"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/docker/go-units"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/egress"
+	whsig "github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
 // Config is every setting of api and executor.
@@ -34,6 +36,12 @@ type Config struct {
 	// AllowedOrigins are the web origins, besides PublicBaseURL's, whose
 	// requests the api's routes accept (MCP_ALLOWED_ORIGINS).
 	AllowedOrigins []string
+	// UnauthorizedPerMinute is how many requests without a valid token a
+	// source may make in a minute before it is answered 429.
+	UnauthorizedPerMinute int
+	// TrustedProxies are the peers whose X-Forwarded-For names a
+	// request's source (MCP_TRUSTED_PROXIES); none: the peer is.
+	TrustedProxies []netip.Prefix
 
 	MemoryLimit int64 // bytes
 	NanoCPUs    int64
@@ -48,6 +56,9 @@ type Config struct {
 	AuditKey []byte
 	// AuditRetention is how long audit entries are kept.
 	AuditRetention time.Duration
+	// AuditMaxRedisEntries bounds the sealed audit entries Redis holds;
+	// the oldest past it go to the file store (0: no bound).
+	AuditMaxRedisEntries int
 	// MetricsToken, when set, guards the api's /metrics.
 	MetricsToken string
 	// BodyBudget bounds the request bodies the api holds in memory at once.
@@ -89,6 +100,11 @@ type Config struct {
 	// Runtime is the OCI runtime sandboxes run under (runsc for gVisor);
 	// the engine's default if empty.
 	Runtime string
+	// Engine runs sandboxes: "docker" (containers of the executor's host)
+	// or "kubernetes" (pods, see docs/kubernetes.md).
+	Engine string
+	// Kubernetes is the Kubernetes engine's settings.
+	Kubernetes Kubernetes
 
 	// FileStore is where conversations' files live; nil: the host folder
 	// SandboxRoot.
@@ -107,6 +123,13 @@ type Config struct {
 	PreviewMaxRequest  int64
 	PreviewMaxResponse int64
 	PreviewRate        int
+	// PreviewStreamIdle ends an upgraded preview stream (WebSocket) idle
+	// both ways this long; PreviewMaxStreams and
+	// PreviewMaxStreamsPerConversation bound those open at once through
+	// the process and to one conversation.
+	PreviewStreamIdle                time.Duration
+	PreviewMaxStreams                int
+	PreviewMaxStreamsPerConversation int
 	// ServerTTL ends a background run (a server) idle this long.
 	ServerTTL time.Duration
 	// ProjectTTL is how long a project (create_sandbox_for_project) lives.
@@ -139,22 +162,51 @@ type Config struct {
 	// a run of another conversation past it is refused (max_sessions).
 	MaxSessions int
 
+	// Webhooks are the webhooks' settings (WEBHOOK_*).
+	Webhooks Webhooks
+
 	LogLevel  string
 	LogFormat string
 	// LogFile, when set, receives the logs too.
 	LogFile string
 }
 
+// Webhooks are where callbacks may go and how they are retried.
+type Webhooks struct {
+	// Secret are the signing secrets of the client "default"
+	// (WEBHOOK_SECRET: the current first, comma-separated while
+	// rotating); other clients' are in CLIENTS_FILE.
+	Secret []string
+	// Allow are the hosts any client's callbacks may go to; Hosts the
+	// names resolved to fixed addresses (plain http allowed to them, on
+	// the mapped port only).
+	Allow egress.Patterns
+	Hosts egress.Hosts
+	// Backoff is the first retry's delay, doubling with jitter; RetryFor
+	// how long a webhook is retried.
+	Backoff  time.Duration
+	RetryFor time.Duration
+}
+
 // Egress is the egress policy and the proxy's bounds (SANDBOX_EGRESS_*).
 type Egress struct {
 	// Allow is what any client may ask for; a tier's egress_domains
 	// replaces it for its clients. Empty: no egress.
-	Allow          egress.Patterns
-	Hosts          egress.Hosts
+	Allow egress.Patterns
+	Hosts egress.Hosts
+	// Deny are address ranges no connection may go to
+	// (SANDBOX_EGRESS_DENY_CIDRS).
+	Deny           egress.Ranges
 	MaxBytes       int64 // in + out, per run
 	MaxConnections int   // per run
 	ConnectTimeout time.Duration
 	IdleTimeout    time.Duration
+	// Secrets are the operator's secrets (SANDBOX_SECRETS_FILE), which
+	// runs' requests to their domains carry and their programs never see.
+	Secrets egress.Secrets
+	// UpstreamRoots verify the servers of the secrets' domains: the
+	// system's roots and SANDBOX_EGRESS_CA_FILE's; nil: the system's.
+	UpstreamRoots *x509.CertPool
 }
 
 // Default package indexes.
@@ -177,120 +229,73 @@ type S3 struct {
 }
 
 // FromEnv reads the configuration through getenv (os.Getenv in production).
+// Each group of settings is read, and checked, by a method of its own; the
+// first bad value is the error.
 func FromEnv(getenv func(string) string) (*Config, error) {
 	getenv, err := withAliases(getenv)
 	if err != nil {
 		return nil, err
 	}
 	p := parser{getenv: getenv}
-	hostname, _ := os.Hostname()
-	c := &Config{
-		HTTPAddr:                 p.str("MCP_HTTP_ADDR", ":8080"),
-		RedisURL:                 p.str("REDIS_URL", ""),
-		SandboxRoot:              p.str("SANDBOX_ROOT", "./var/sandboxes"),
-		FileURLTTL:               p.duration("FILE_URL_TTL", 24*time.Hour),
-		PublicBaseURL:            strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("RUNBOX_PORT", ""), p.str("MCP_HTTP_ADDR", ":8080"))), "/"),
-		MemoryLimit:              p.bytes("SANDBOX_MEMORY_LIMIT", "512m"),
-		NanoCPUs:                 p.cpus("SANDBOX_CPU_LIMIT", "1.0"),
-		PidsLimit:                int64(p.positive("SANDBOX_PIDS_LIMIT", 128)),
-		ExecTimeout:              p.duration("SANDBOX_EXEC_TIMEOUT", 60*time.Second),
-		MaxOutput:                p.positive("SANDBOX_MAX_OUTPUT_BYTES", 102400),
-		MaxCode:                  p.positive("SANDBOX_MAX_CODE_BYTES", 102400),
-		MaxUpload:                int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800)),
-		MaxRead:                  int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760)),
-		BodyBudget:               p.bytes("MCP_HTTP_BODY_BUDGET", "256m"),
-		MetricsToken:             strings.TrimSpace(getenv("METRICS_TOKEN")),
-		AuditRetention:           p.duration("AUDIT_RETENTION", 2160*time.Hour),
-		QuotaBytes:               int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824)),
-		QuotaFiles:               p.positive("SANDBOX_QUOTA_FILES", 100000),
-		SessionTTL:               p.duration("SANDBOX_SESSION_TTL", 30*time.Minute),
-		MaxQueuedPerConversation: p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16),
-		QuotaMode:                p.oneOf("SANDBOX_QUOTA_MODE", "auto", "auto", "loop", "walk"),
-		MaxInlineImages:          p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4),
-		MaxInlineImageBytes:      int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20)),
-		Concurrency:              p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU()),
-		MaxDetached:              p.positive("EXECUTOR_MAX_DETACHED", 32),
-		MaxWarm:                  p.str("SANDBOX_MAX_WARM", "32"),
-		PollInterval:             p.duration("EXECUTOR_POLL_INTERVAL", DefaultPollInterval),
-		MetricsAddr:              p.str("EXECUTOR_METRICS_ADDR", ""),
-		Pool:                     p.str("SANDBOX_POOL", "1,python=2"),
-		ShutdownGrace:            p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second),
-		ExecutorID:               p.str("EXECUTOR_ID", cmp.Or(hostname, "executor")),
-		RunnerTag:                p.str("RUNNER_TAG", "latest"),
-		Runtime:                  p.str("SANDBOX_RUNTIME", ""),
-		PreviewURLTTL:            p.duration("PREVIEW_URL_TTL", time.Hour),
-		PreviewMaxRequest:        p.bytes("PREVIEW_MAX_REQUEST_BYTES", "10m"),
-		PreviewMaxResponse:       p.bytes("PREVIEW_MAX_RESPONSE_BYTES", "100m"),
-		PreviewRate:              p.positive("PREVIEW_RATE", 100),
-		ServerTTL:                p.duration("SANDBOX_SERVER_TTL", time.Hour),
-		ProjectTTL:               p.duration("SANDBOX_PROJECT_TTL", time.Hour),
-		LinkAddr:                 p.str("EXECUTOR_LINK_ADDR", "127.0.0.1:0"),
-		LinkAdvertise:            p.str("EXECUTOR_LINK_ADVERTISE", ""),
-		LogLevel:                 p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
-		LogFormat:                p.oneOf("LOG_FORMAT", "text", "text", "json"),
-		LogFile:                  p.str("SANDBOX_LOG_FILE", ""),
-		CommandTimeout:           time.Duration(p.positive("SANDBOX_TIMEOUT", 300)) * time.Second,
-		MaxPerSession:            p.positive("SANDBOX_MAX_PER_SESSION", 5),
-		MaxConcurrent:            p.nonNegative("SANDBOX_MAX_CONCURRENT", 10),
-		MaxSessions:              p.nonNegative("SANDBOX_MAX_SESSIONS", 0),
-		Egress: Egress{
-			MaxBytes:       p.bytes("SANDBOX_EGRESS_MAX_BYTES", "512m"),
-			MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", egress.DefaultMaxConnections),
-			ConnectTimeout: p.duration("SANDBOX_EGRESS_CONNECT_TIMEOUT", egress.DefaultConnectTimeout),
-			IdleTimeout:    p.duration("SANDBOX_EGRESS_IDLE_TIMEOUT", egress.DefaultIdleTimeout),
-		},
-		PipIndexURL: p.indexURL("SANDBOX_PIP_INDEX_URL", DefaultPipIndexURL),
-		NPMRegistry: p.indexURL("SANDBOX_NPM_REGISTRY", DefaultNPMRegistry),
+	c := &Config{}
+	p.files(c)
+	public := p.server(c)
+	p.sandbox(c)
+	p.commands(c)
+	p.executor(c)
+	p.audit(c)
+	p.previews(c, public)
+	c.Egress = p.egress()
+	c.Webhooks = p.webhooks(c.Egress.Deny)
+	p.clients(c)
+	c.Secrets = append(secrets(getenv), c.Egress.Secrets.Values()...)
+	p.git(c)
+	p.logs(c)
+	if p.err != nil {
+		return nil, p.err
 	}
-	if allow, err := egress.ParseList(p.str("SANDBOX_EGRESS_ALLOW", "")); err != nil {
-		p.fail("SANDBOX_EGRESS_ALLOW", err.Error())
-	} else {
-		c.Egress.Allow = allow
+	return c, nil
+}
+
+// files reads where conversations' files live and how much they may hold
+// (SANDBOX_ROOT, FILE_*, SANDBOX_QUOTA_*, the files tools' bounds).
+func (p *parser) files(c *Config) {
+	c.SandboxRoot = p.str("SANDBOX_ROOT", "./var/sandboxes")
+	if root, err := filepath.Abs(c.SandboxRoot); err == nil {
+		c.SandboxRoot = root
 	}
-	if hosts, err := egress.ParseHosts(p.str("SANDBOX_EGRESS_HOSTS", "")); err != nil {
-		p.fail("SANDBOX_EGRESS_HOSTS", err.Error())
-	} else {
-		c.Egress.Hosts = hosts
-	}
-	if cs, err := clients.Load(getenv("MCP_API_TOKEN"), getenv("MCP_API_TOKENS"), strings.TrimSpace(getenv("CLIENTS_FILE"))); err != nil {
-		if p.err == nil {
-			p.err = err
-		}
-	} else {
-		c.Clients = cs
-	}
-	c.Secrets = secrets(getenv)
-	if file := strings.TrimSpace(getenv("GIT_REPOS_FILE")); file != "" {
-		if g, err := loadGit(file, getenv("GIT_API_URL"), clientNames(c.Clients)); err != nil {
-			if p.err == nil {
-				p.err = err
-			}
-		} else {
-			c.Git = g
-		}
-	} else if strings.TrimSpace(getenv("GIT_API_URL")) != "" {
-		p.fail("GIT_API_URL", "is set without GIT_REPOS_FILE, which names the repositories it serves")
-	}
-	if v := getenv("SANDBOX_FILE_RETENTION"); v != "" {
+	c.FileURLTTL = p.duration("FILE_URL_TTL", 24*time.Hour)
+	c.MaxUpload = int64(p.positive("SANDBOX_MAX_UPLOAD_BYTES", 52428800))
+	c.MaxRead = int64(p.positive("SANDBOX_MAX_READ_BYTES", 10485760))
+	c.QuotaBytes = int64(p.positive("SANDBOX_QUOTA_BYTES", 1073741824))
+	c.QuotaFiles = p.positive("SANDBOX_QUOTA_FILES", 100000)
+	c.QuotaMode = p.oneOf("SANDBOX_QUOTA_MODE", "auto", "auto", "loop", "walk")
+	if v := p.getenv("SANDBOX_FILE_RETENTION"); v != "" {
 		c.FileRetention = p.duration("SANDBOX_FILE_RETENTION", 0)
 	}
-	if v := getenv("FILE_STORE"); v != "" {
-		if c.FileStore = parseS3(v, getenv); c.FileStore == nil {
+	if v := p.getenv("FILE_STORE"); v != "" {
+		if c.FileStore = parseS3(v, p.getenv); c.FileStore == nil {
 			p.fail("FILE_STORE", "must be s3://<bucket>[/<prefix>], or unset for the host folder")
 		}
 	}
-	if secret := getenv("FILE_SECRET"); secret != "" {
+	if secret := p.getenv("FILE_SECRET"); secret != "" {
 		if len(secret) < 16 {
 			p.fail("FILE_SECRET", "must be at least 16 characters")
 		}
 		c.FileSecret = []byte(secret)
 	}
-	if key := getenv("AUDIT_KEY"); key != "" {
-		if len(key) < 16 {
-			p.fail("AUDIT_KEY", "must be at least 16 characters")
-		}
-		c.AuditKey = []byte(key)
-	}
+}
+
+// server reads how the api serves (MCP_*, PUBLIC_BASE_URL, REDIS_URL,
+// METRICS_TOKEN) and returns PUBLIC_BASE_URL parsed, nil if it is bad. It
+// reads after files: the body budget must hold the largest upload.
+func (p *parser) server(c *Config) (public *url.URL) {
+	c.HTTPAddr = p.str("MCP_HTTP_ADDR", ":8080")
+	c.RedisURL = p.str("REDIS_URL", "")
+	c.PublicBaseURL = strings.TrimRight(p.str("PUBLIC_BASE_URL", defaultBaseURL(p.str("RUNBOX_PORT", ""), c.HTTPAddr)), "/")
+	c.BodyBudget = p.bytes("MCP_HTTP_BODY_BUDGET", "256m")
+	c.UnauthorizedPerMinute = p.positive("MCP_UNAUTHORIZED_PER_MINUTE", 60)
+	c.MetricsToken = strings.TrimSpace(p.getenv("METRICS_TOKEN"))
 	for o := range strings.SplitSeq(p.str("MCP_ALLOWED_ORIGINS", ""), ",") {
 		if o = strings.TrimSpace(o); o == "" {
 			continue
@@ -300,6 +305,21 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		}
 		c.AllowedOrigins = append(c.AllowedOrigins, o)
 	}
+	for v := range strings.SplitSeq(p.str("MCP_TRUSTED_PROXIES", ""), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(v)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				p.fail("MCP_TRUSTED_PROXIES", fmt.Sprintf("must list addresses or ranges such as 10.0.0.5 or 10.0.0.0/8, comma-separated (got %q)", v))
+				continue
+			}
+			pfx = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
+	}
 	if c.RedisURL != "" {
 		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
 			p.fail("REDIS_URL", "must be a redis:// or rediss:// URL")
@@ -308,12 +328,36 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.fail("PUBLIC_BASE_URL", "must be an http(s) URL")
 	} else {
-		c.PreviewScheme = u.Scheme
-		c.PreviewDomain = p.str("PREVIEW_BASE_DOMAIN", defaultPreviewDomain(u))
+		public = u
 	}
 	if c.BodyBudget < c.MaxMCPBody() {
 		p.fail("MCP_HTTP_BODY_BUDGET", fmt.Sprintf("must hold at least one largest MCP message, %d bytes (the base64 of SANDBOX_MAX_UPLOAD_BYTES and its envelope)", c.MaxMCPBody()))
 	}
+	return public
+}
+
+// sandbox reads a sandbox's limits and what runs in it may use
+// (SANDBOX_*: resources, output, images, sessions, warm sandboxes, package
+// indexes).
+func (p *parser) sandbox(c *Config) {
+	c.MemoryLimit = p.bytes("SANDBOX_MEMORY_LIMIT", "512m")
+	c.NanoCPUs = p.cpus("SANDBOX_CPU_LIMIT", "1.0")
+	c.PidsLimit = int64(p.positive("SANDBOX_PIDS_LIMIT", 128))
+	c.ExecTimeout = p.duration("SANDBOX_EXEC_TIMEOUT", 60*time.Second)
+	c.MaxOutput = p.positive("SANDBOX_MAX_OUTPUT_BYTES", 102400)
+	c.MaxCode = p.positive("SANDBOX_MAX_CODE_BYTES", 102400)
+	c.MaxInlineImages = p.nonNegative("SANDBOX_MAX_INLINE_IMAGES", 4)
+	c.MaxInlineImageBytes = int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20))
+	c.SessionTTL = p.duration("SANDBOX_SESSION_TTL", 30*time.Minute)
+	c.MaxQueuedPerConversation = p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16)
+	c.MaxSessions = p.nonNegative("SANDBOX_MAX_SESSIONS", 0)
+	c.MaxWarm = p.str("SANDBOX_MAX_WARM", "32")
+	c.Pool = p.str("SANDBOX_POOL", "1,python=2")
+	c.Runtime = p.str("SANDBOX_RUNTIME", "")
+	c.ServerTTL = p.duration("SANDBOX_SERVER_TTL", time.Hour)
+	c.ProjectTTL = p.duration("SANDBOX_PROJECT_TTL", time.Hour)
+	c.PipIndexURL = p.indexURL("SANDBOX_PIP_INDEX_URL", DefaultPipIndexURL)
+	c.NPMRegistry = p.indexURL("SANDBOX_NPM_REGISTRY", DefaultNPMRegistry)
 	if c.ExecTimeout < time.Second {
 		p.fail("SANDBOX_EXEC_TIMEOUT", "must be at least 1s")
 	}
@@ -323,16 +367,226 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	if c.Runtime != "" && !validExecutorID(c.Runtime) {
 		p.fail("SANDBOX_RUNTIME", "must name an OCI runtime the Docker Engine knows, such as runsc")
 	}
+	p.engine(c)
+}
+
+// Kubernetes is where the Kubernetes engine makes sandbox pods.
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig file (KUBECONFIG); "" is the
+	// executor's own pod's service account (in-cluster).
+	Kubeconfig string
+	// Namespace holds the sandbox pods (SANDBOX_K8S_NAMESPACE).
+	Namespace string
+	// RuntimeClass is their runtimeClassName (SANDBOX_K8S_RUNTIME_CLASS),
+	// e.g. runsc for gVisor; "" is the cluster's default.
+	RuntimeClass string
+	// RunnersFile lists the runner images the executor offers
+	// (SANDBOX_RUNNERS_FILE, package runnerlist): a cluster cannot say
+	// which images its nodes hold. The Kubernetes engine needs it.
+	RunnersFile string
+}
+
+// engine reads SANDBOX_ENGINE and the Kubernetes engine's settings.
+func (p *parser) engine(c *Config) {
+	c.Engine = p.oneOf("SANDBOX_ENGINE", "docker", "docker", "kubernetes")
+	c.Kubernetes = Kubernetes{
+		Kubeconfig:   p.str("KUBECONFIG", ""),
+		Namespace:    p.str("SANDBOX_K8S_NAMESPACE", "runbox-sandboxes"),
+		RuntimeClass: p.str("SANDBOX_K8S_RUNTIME_CLASS", ""),
+		RunnersFile:  p.str("SANDBOX_RUNNERS_FILE", ""),
+	}
+	if c.Kubernetes.RunnersFile != "" && c.Engine != "kubernetes" {
+		// The Docker engine finds its runners in the Docker Engine; a list
+		// it would ignore is a mistake worth saying.
+		p.fail("SANDBOX_RUNNERS_FILE", "is read by the Kubernetes engine alone (SANDBOX_ENGINE=kubernetes)")
+	}
+	if !dnsLabel.MatchString(c.Kubernetes.Namespace) {
+		p.fail("SANDBOX_K8S_NAMESPACE", "must be a Kubernetes namespace's name (lower-case letters, digits and '-', at most 63)")
+	}
+	if rc := c.Kubernetes.RuntimeClass; rc != "" && !dnsLabel.MatchString(rc) {
+		p.fail("SANDBOX_K8S_RUNTIME_CLASS", "must be a RuntimeClass's name, such as runsc")
+	}
+}
+
+// dnsLabel is a Kubernetes name of one DNS label.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// commands reads the commands tools' timeout and bounds (SANDBOX_TIMEOUT,
+// SANDBOX_MAX_PER_SESSION, SANDBOX_MAX_CONCURRENT).
+func (p *parser) commands(c *Config) {
+	c.CommandTimeout = time.Duration(p.positive("SANDBOX_TIMEOUT", 300)) * time.Second
+	c.MaxPerSession = p.positive("SANDBOX_MAX_PER_SESSION", 5)
+	c.MaxConcurrent = p.nonNegative("SANDBOX_MAX_CONCURRENT", 10)
+}
+
+// executor reads how an executor takes and runs work (EXECUTOR_*,
+// RUNNER_TAG).
+func (p *parser) executor(c *Config) {
+	hostname, _ := os.Hostname()
+	c.Concurrency = p.positive("EXECUTOR_CONCURRENCY", runtime.NumCPU())
+	c.MaxDetached = p.positive("EXECUTOR_MAX_DETACHED", 32)
+	c.PollInterval = p.duration("EXECUTOR_POLL_INTERVAL", DefaultPollInterval)
+	c.MetricsAddr = p.str("EXECUTOR_METRICS_ADDR", "")
+	c.ShutdownGrace = p.duration("EXECUTOR_SHUTDOWN_GRACE", 30*time.Second)
+	c.ExecutorID = p.str("EXECUTOR_ID", cmp.Or(hostname, "executor"))
+	c.RunnerTag = p.str("RUNNER_TAG", "latest")
+	c.LinkAddr = p.str("EXECUTOR_LINK_ADDR", "127.0.0.1:0")
+	c.LinkAdvertise = p.str("EXECUTOR_LINK_ADVERTISE", "")
 	if !validExecutorID(c.ExecutorID) {
 		p.fail("EXECUTOR_ID", "may hold only letters, digits, '.', '_' and '-' (at most 64)")
 	}
-	if root, err := filepath.Abs(c.SandboxRoot); err == nil {
-		c.SandboxRoot = root
+}
+
+// audit reads AUDIT_*.
+func (p *parser) audit(c *Config) {
+	c.AuditRetention = p.duration("AUDIT_RETENTION", 2160*time.Hour)
+	c.AuditMaxRedisEntries = p.nonNegative("AUDIT_MAX_REDIS_ENTRIES", 100000)
+	if key := p.getenv("AUDIT_KEY"); key != "" {
+		if len(key) < 16 {
+			p.fail("AUDIT_KEY", "must be at least 16 characters")
+		}
+		c.AuditKey = []byte(key)
 	}
-	if p.err != nil {
-		return nil, p.err
+}
+
+// previews reads PREVIEW_*; where previews are served follows public, the
+// api's parsed PUBLIC_BASE_URL (nil: it is bad, and already the error).
+func (p *parser) previews(c *Config, public *url.URL) {
+	c.PreviewURLTTL = p.duration("PREVIEW_URL_TTL", time.Hour)
+	c.PreviewMaxRequest = p.bytes("PREVIEW_MAX_REQUEST_BYTES", "10m")
+	c.PreviewMaxResponse = p.bytes("PREVIEW_MAX_RESPONSE_BYTES", "100m")
+	c.PreviewRate = p.positive("PREVIEW_RATE", 100)
+	c.PreviewStreamIdle = p.duration("PREVIEW_WS_IDLE", 10*time.Minute)
+	c.PreviewMaxStreams = p.positive("PREVIEW_MAX_STREAMS", 1000)
+	c.PreviewMaxStreamsPerConversation = p.positive("PREVIEW_MAX_STREAMS_PER_CONVERSATION", 32)
+	if public != nil {
+		c.PreviewScheme = public.Scheme
+		c.PreviewDomain = p.str("PREVIEW_BASE_DOMAIN", defaultPreviewDomain(public))
 	}
-	return c, nil
+}
+
+// egress reads SANDBOX_EGRESS_* and SANDBOX_SECRETS_FILE.
+func (p *parser) egress() Egress {
+	e := Egress{
+		MaxBytes:       p.bytes("SANDBOX_EGRESS_MAX_BYTES", "512m"),
+		MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", egress.DefaultMaxConnections),
+		ConnectTimeout: p.duration("SANDBOX_EGRESS_CONNECT_TIMEOUT", egress.DefaultConnectTimeout),
+		IdleTimeout:    p.duration("SANDBOX_EGRESS_IDLE_TIMEOUT", egress.DefaultIdleTimeout),
+	}
+	if allow, err := egress.ParseList(p.str("SANDBOX_EGRESS_ALLOW", "")); err != nil {
+		p.fail("SANDBOX_EGRESS_ALLOW", err.Error())
+	} else {
+		e.Allow = allow
+	}
+	if hosts, err := egress.ParseHosts(p.str("SANDBOX_EGRESS_HOSTS", "")); err != nil {
+		p.fail("SANDBOX_EGRESS_HOSTS", err.Error())
+	} else {
+		e.Hosts = hosts
+	}
+	if deny, err := egress.ParseRanges(p.str("SANDBOX_EGRESS_DENY_CIDRS", "")); err != nil {
+		p.fail("SANDBOX_EGRESS_DENY_CIDRS", err.Error())
+	} else {
+		e.Deny = deny
+		// A name mapped into a refused range could never be reached: the
+		// operator meant one or the other.
+		for name, m := range e.Hosts {
+			if deny.Contains(m.Addr) {
+				p.fail("SANDBOX_EGRESS_DENY_CIDRS", fmt.Sprintf("refuses %s, where SANDBOX_EGRESS_HOSTS maps %s", m.Addr, name))
+			}
+		}
+	}
+	if file := strings.TrimSpace(p.getenv("SANDBOX_SECRETS_FILE")); file != "" {
+		if ss, err := egress.LoadSecrets(file); err != nil {
+			p.fail("SANDBOX_SECRETS_FILE", err.Error())
+		} else {
+			e.Secrets = ss
+		}
+	}
+	if file := strings.TrimSpace(p.getenv("SANDBOX_EGRESS_CA_FILE")); file != "" {
+		if pool, err := upstreamRoots(file); err != nil {
+			p.fail("SANDBOX_EGRESS_CA_FILE", err.Error())
+		} else {
+			e.UpstreamRoots = pool
+		}
+	}
+	return e
+}
+
+// clients reads the clients tokens give (MCP_API_TOKEN, MCP_API_TOKENS,
+// CLIENTS_FILE); it reads after egress, whose secrets the tiers name.
+func (p *parser) clients(c *Config) {
+	cs, err := clients.Load(p.getenv("MCP_API_TOKEN"), p.getenv("MCP_API_TOKENS"), strings.TrimSpace(p.getenv("CLIENTS_FILE")))
+	if err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+		return
+	}
+	c.Clients = cs
+	for _, cl := range cs {
+		for _, name := range cl.Tier.Secrets {
+			if _, ok := c.Egress.Secrets[name]; !ok {
+				p.fail("CLIENTS_FILE", fmt.Sprintf("tier %s: secrets names %q, which SANDBOX_SECRETS_FILE does not", cl.Tier.Name, truncateName(name)))
+			}
+		}
+	}
+}
+
+// git reads GIT_REPOS_FILE and GIT_API_URL; it reads after clients, whom
+// the file names.
+func (p *parser) git(c *Config) {
+	file := strings.TrimSpace(p.getenv("GIT_REPOS_FILE"))
+	if file == "" {
+		if strings.TrimSpace(p.getenv("GIT_API_URL")) != "" {
+			p.fail("GIT_API_URL", "is set without GIT_REPOS_FILE, which names the repositories it serves")
+		}
+		return
+	}
+	g, err := loadGit(file, p.getenv("GIT_API_URL"), clientNames(c.Clients))
+	if err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+		return
+	}
+	c.Git = g
+}
+
+// logs reads LOG_LEVEL, LOG_FORMAT and SANDBOX_LOG_FILE.
+func (p *parser) logs(c *Config) {
+	c.LogLevel = p.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error")
+	c.LogFormat = p.oneOf("LOG_FORMAT", "text", "text", "json")
+	c.LogFile = p.str("SANDBOX_LOG_FILE", "")
+}
+
+// webhooks reads WEBHOOK_*; it reads after egress, whose refused ranges
+// (deny) no name WEBHOOK_HOSTS maps may lead into.
+func (p *parser) webhooks(deny egress.Ranges) Webhooks {
+	w := Webhooks{
+		Backoff:  p.duration("WEBHOOK_BACKOFF", 5*time.Second),
+		RetryFor: p.duration("WEBHOOK_RETRY_FOR", 24*time.Hour),
+	}
+	for v := range strings.SplitSeq(p.str("WEBHOOK_SECRET", ""), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			w.Secret = append(w.Secret, v)
+		}
+	}
+	if _, err := whsig.Parse(w.Secret); err != nil {
+		p.fail("WEBHOOK_SECRET", err.Error())
+	}
+	var err error
+	if w.Allow, err = egress.ParseList(p.str("WEBHOOK_ALLOW", "")); err != nil {
+		p.fail("WEBHOOK_ALLOW", err.Error())
+	}
+	if w.Hosts, err = egress.ParseHosts(p.str("WEBHOOK_HOSTS", "")); err != nil {
+		p.fail("WEBHOOK_HOSTS", err.Error())
+	}
+	for name, m := range w.Hosts {
+		if deny.Contains(m.Addr) {
+			p.fail("SANDBOX_EGRESS_DENY_CIDRS", fmt.Sprintf("refuses %s, where WEBHOOK_HOSTS maps %s", m.Addr, name))
+		}
+	}
+	return w
 }
 
 // secrets returns the secrets the environment gives the service: its
@@ -341,6 +595,12 @@ func secrets(getenv func(string) string) []string {
 	var out []string
 	for _, name := range []string{"MCP_API_TOKEN", "FILE_SECRET", "AUDIT_KEY", "METRICS_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
+			out = append(out, v)
+		}
+	}
+	// WEBHOOK_SECRET: comma-separated while rotating.
+	for v := range strings.SplitSeq(getenv("WEBHOOK_SECRET"), ",") {
+		if v = strings.TrimSpace(v); v != "" {
 			out = append(out, v)
 		}
 	}
@@ -354,6 +614,30 @@ func secrets(getenv func(string) string) []string {
 		}
 	}
 	return out
+}
+
+// upstreamRoots reads SANDBOX_EGRESS_CA_FILE: PEM certificates trusted,
+// besides the system's roots, for the servers of the secrets' domains.
+func upstreamRoots(file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return pool, nil
+}
+
+func truncateName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // clientNames are the names of the clients tokens give; "default" when
@@ -458,9 +742,10 @@ func (c *Config) MaxMCPBody() int64 { return c.MaxUpload*4/3 + 1<<20 }
 
 // EgressReachable reports whether any client may ask its runs to reach
 // anything: SANDBOX_EGRESS_ALLOW, or a tier's egress_domains, names a
-// domain.
+// domain, or there are secrets (a run that asks for one reaches its
+// domains).
 func (c *Config) EgressReachable() bool {
-	if len(c.Egress.Allow) > 0 {
+	if len(c.Egress.Allow) > 0 || len(c.Egress.Secrets) > 0 {
 		return true
 	}
 	for _, cl := range c.Clients {
@@ -484,92 +769,4 @@ func validExecutorID(id string) bool {
 		}
 	}
 	return true
-}
-
-// parser keeps the first error, so FromEnv reads as a list of settings.
-type parser struct {
-	getenv func(string) string
-	err    error
-}
-
-func (p *parser) fail(name, msg string) {
-	if p.err == nil {
-		p.err = fmt.Errorf("config: %s %s", name, msg)
-	}
-}
-
-func (p *parser) str(name, def string) string {
-	return cmp.Or(strings.TrimSpace(p.getenv(name)), def)
-}
-
-func (p *parser) duration(name string, def time.Duration) time.Duration {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		p.fail(name, fmt.Sprintf("must be a positive duration such as 30s or 24h (got %q)", v))
-		return def
-	}
-	return d
-}
-
-// positive reads a whole number of at least 1.
-func (p *parser) positive(name string, def int) int { return p.atLeast(name, def, 1) }
-
-// nonNegative reads a whole number of at least 0.
-func (p *parser) nonNegative(name string, def int) int { return p.atLeast(name, def, 0) }
-
-func (p *parser) atLeast(name string, def, least int) int {
-	v := p.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < least {
-		p.fail(name, fmt.Sprintf("must be a whole number of at least %d (got %q)", least, v))
-		return def
-	}
-	return n
-}
-
-func (p *parser) bytes(name, def string) int64 {
-	v := p.str(name, def)
-	n, err := units.RAMInBytes(v)
-	if err != nil || n <= 0 {
-		p.fail(name, fmt.Sprintf("must be a size such as 512m or 1g (got %q)", v))
-		return 0
-	}
-	return n
-}
-
-func (p *parser) cpus(name, def string) int64 {
-	v := p.str(name, def)
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 || f > float64(runtime.NumCPU()*4) {
-		p.fail(name, fmt.Sprintf("must be a positive number of cores such as 1.0 (got %q)", v))
-		return 0
-	}
-	return int64(f * 1e9)
-}
-
-// indexURL reads the http(s) URL of a package index.
-func (p *parser) indexURL(name, def string) string {
-	v := p.str(name, def)
-	if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
-		p.fail(name, fmt.Sprintf("must be an http(s) URL without credentials (got %q)", v))
-	}
-	return v
-}
-
-func (p *parser) oneOf(name, def string, allowed ...string) string {
-	v := strings.ToLower(p.str(name, def))
-	for _, a := range allowed {
-		if v == a {
-			return v
-		}
-	}
-	p.fail(name, fmt.Sprintf("must be one of %s (got %q)", strings.Join(allowed, ", "), v))
-	return def
 }

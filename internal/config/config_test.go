@@ -2,6 +2,9 @@ package config
 
 import (
 	"crypto/sha256"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,6 +73,9 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"LOG_FORMAT", "xml"},
 		{"EXECUTOR_ID", "a/b"},
 		{"EXECUTOR_CONCURRENCY", "many"},
+		{"MCP_TRUSTED_PROXIES", "proxy.internal"},
+		{"MCP_UNAUTHORIZED_PER_MINUTE", "0"},
+		{"AUDIT_MAX_REDIS_ENTRIES", "-1"},
 		{"FILE_STORE", "/srv/files"},
 		{"FILE_STORE", "s3://"},
 		{"FILE_STORE", "s3://Upper_Case"},
@@ -82,6 +88,11 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"SANDBOX_EGRESS_MAX_BYTES", "lots"},
 		{"SANDBOX_EGRESS_MAX_CONNECTIONS", "0"},
 		{"SANDBOX_EGRESS_IDLE_TIMEOUT", "never"},
+		{"SANDBOX_EGRESS_DENY_CIDRS", "203.0.113.0/33"},
+		{"SANDBOX_EGRESS_DENY_CIDRS", "my-host"},
+		{"PREVIEW_WS_IDLE", "forever"},
+		{"PREVIEW_MAX_STREAMS", "0"},
+		{"PREVIEW_MAX_STREAMS_PER_CONVERSATION", "-1"},
 		{"SANDBOX_PIP_INDEX_URL", "ftp://pypi.org/simple"},
 		{"SANDBOX_NPM_REGISTRY", "https://user:pw@registry.example/"},
 		{"MCP_ALLOWED_ORIGINS", "app.example.com"},
@@ -109,6 +120,33 @@ func TestOrigins(t *testing.T) {
 	}
 	if want := []string{"https://app.example.com", "http://localhost:3000"}; !slices.Equal(c.AllowedOrigins, want) {
 		t.Errorf("allowed origins %q, want %q", c.AllowedOrigins, want)
+	}
+}
+
+// TestFloodSettings: the bounds of issue 32 and the proxies whose
+// X-Forwarded-For is believed.
+func TestFloodSettings(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UnauthorizedPerMinute != 60 || c.AuditMaxRedisEntries != 100000 || c.TrustedProxies != nil {
+		t.Errorf("defaults: %d, %d, %v", c.UnauthorizedPerMinute, c.AuditMaxRedisEntries, c.TrustedProxies)
+	}
+	c, err = FromEnv(env(map[string]string{"MCP_TRUSTED_PROXIES": "10.0.0.5, 10.1.2.3/8,::ffff:192.0.2.1,fd00::/64",
+		"MCP_UNAUTHORIZED_PER_MINUTE": "5", "AUDIT_MAX_REDIS_ENTRIES": "0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.TrustedProxies {
+		got = append(got, p.String())
+	}
+	if want := []string{"10.0.0.5/32", "10.0.0.0/8", "192.0.2.1/32", "fd00::/64"}; !slices.Equal(got, want) {
+		t.Errorf("trusted proxies %q, want %q", got, want)
+	}
+	if c.UnauthorizedPerMinute != 5 || c.AuditMaxRedisEntries != 0 {
+		t.Errorf("values: %d, %d", c.UnauthorizedPerMinute, c.AuditMaxRedisEntries)
 	}
 }
 
@@ -162,5 +200,235 @@ func TestEgress(t *testing.T) {
 	if strings.Join(e.Allow.Strings(), ",") != "pypi.org,*.pythonhosted.org" || e.Hosts["pypi.internal"].Port != 8080 ||
 		e.MaxBytes != 1<<20 || e.MaxConnections != 8 || c.PipIndexURL != "http://pypi.internal:8080/simple" {
 		t.Errorf("values %+v %q", e, c.PipIndexURL)
+	}
+	// Ranges the operator refuses; a mapping into one is a contradiction.
+	c, err = FromEnv(env(map[string]string{"SANDBOX_EGRESS_DENY_CIDRS": "203.0.113.7, 198.51.100.0/24,2001:db8::/32"}))
+	if err != nil || len(c.Egress.Deny) != 3 || !c.Egress.Deny.Contains(netip.MustParseAddr("203.0.113.7")) ||
+		c.Egress.Deny.Contains(netip.MustParseAddr("203.0.113.8")) {
+		t.Errorf("deny %v, %v", c.Egress.Deny, err)
+	}
+	_, err = FromEnv(env(map[string]string{"SANDBOX_EGRESS_DENY_CIDRS": "10.0.0.0/8", "SANDBOX_EGRESS_HOSTS": "pypi.internal=10.0.0.5"}))
+	if err == nil || !strings.Contains(err.Error(), "pypi.internal") {
+		t.Errorf("a mapping into a refused range: %v", err)
+	}
+}
+
+// TestPreviewStreams: the bounds of upgraded preview streams.
+func TestPreviewStreams(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PreviewStreamIdle != 10*time.Minute || c.PreviewMaxStreams != 1000 || c.PreviewMaxStreamsPerConversation != 32 {
+		t.Errorf("defaults %v %d %d", c.PreviewStreamIdle, c.PreviewMaxStreams, c.PreviewMaxStreamsPerConversation)
+	}
+	c, err = FromEnv(env(map[string]string{"PREVIEW_WS_IDLE": "30s", "PREVIEW_MAX_STREAMS": "10", "PREVIEW_MAX_STREAMS_PER_CONVERSATION": "2"}))
+	if err != nil || c.PreviewStreamIdle != 30*time.Second || c.PreviewMaxStreams != 10 || c.PreviewMaxStreamsPerConversation != 2 {
+		t.Errorf("values %v %d %d, %v", c.PreviewStreamIdle, c.PreviewMaxStreams, c.PreviewMaxStreamsPerConversation, err)
+	}
+}
+
+func TestSecretsSettings(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const value = "sk-live-0123456789"
+	secrets := write("secrets.yaml", "secrets:\n  openai: {value: "+value+", domains: [api.openai.com]}\n  github: {value: ghp_0123456789, domains: [api.github.com]}\n")
+	tiers := write("clients.yaml", "tiers:\n  narrow: {secrets: [github]}\n  none: {secrets: []}\nclients:\n"+
+		"  - {name: a, token: token-a-0123456789, tier: narrow}\n  - {name: b, token: token-b-0123456789, tier: none}\n"+
+		"  - {name: c, token: token-c-0123456789}\n")
+	c, err := FromEnv(env(map[string]string{"SANDBOX_SECRETS_FILE": secrets, "CLIENTS_FILE": tiers}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Egress.Secrets.Names(), ",") != "github,openai" || !c.EgressReachable() || !slices.Contains(c.Secrets, value) {
+		t.Errorf("secrets %v, reachable %v", c.Egress.Secrets.Names(), c.EgressReachable())
+	}
+	byName := map[string][]string{}
+	for _, cl := range c.Clients {
+		byName[cl.Name] = cl.Tier.Secrets
+	}
+	if !slices.Equal(byName["a"], []string{"github"}) || byName["b"] == nil || len(byName["b"]) != 0 || byName["c"] != nil {
+		t.Errorf("tiers' secrets %q", byName)
+	}
+	ca := write("ca.pem", "not a certificate")
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SANDBOX_SECRETS_FILE": write("bad.yaml", "secrets: {x: {value: "+value+"}}")}, "SANDBOX_SECRETS_FILE secret x: domains"},
+		{map[string]string{"SANDBOX_SECRETS_FILE": filepath.Join(dir, "missing")}, "SANDBOX_SECRETS_FILE"},
+		{map[string]string{"CLIENTS_FILE": tiers}, `tier narrow: secrets names "github", which SANDBOX_SECRETS_FILE does not`},
+		{map[string]string{"SANDBOX_EGRESS_CA_FILE": ca}, "SANDBOX_EGRESS_CA_FILE holds no PEM certificate"},
+	} {
+		_, err := FromEnv(env(tt.env))
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), value) {
+			t.Errorf("%v: %v, want %q", tt.env, err, tt.want)
+		}
+	}
+}
+
+func TestWebhooks(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Webhooks; len(w.Secret) != 0 || len(w.Allow) != 0 || len(w.Hosts) != 0 || w.Backoff != 5*time.Second || w.RetryFor != 24*time.Hour {
+		t.Errorf("defaults %+v", w)
+	}
+	const s1, s2 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_dGhlLW5ldy1zZWNyZXQtb2YtdGhpcnR5LXR3by1ieXQ="
+	c, err = FromEnv(env(map[string]string{
+		"WEBHOOK_SECRET": s2 + ", " + s1, "WEBHOOK_ALLOW": "hooks.example.com,*.example.org",
+		"WEBHOOK_HOSTS": "recv.test=127.0.0.1:9999", "WEBHOOK_BACKOFF": "1s", "WEBHOOK_RETRY_FOR": "1h",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Webhooks
+	if !slices.Equal(w.Secret, []string{s2, s1}) || strings.Join(w.Allow.Strings(), ",") != "hooks.example.com,*.example.org" ||
+		w.Hosts["recv.test"].Port != 9999 || w.Backoff != time.Second || w.RetryFor != time.Hour || !slices.Contains(c.Secrets, s2) || !slices.Contains(c.Secrets, s1) {
+		t.Errorf("values %+v", w)
+	}
+	for name, v := range map[string]string{"WEBHOOK_SECRET": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_ALLOW": "127.0.0.1",
+		"WEBHOOK_HOSTS": "recv.test", "WEBHOOK_BACKOFF": "soon", "WEBHOOK_RETRY_FOR": "-1h"} {
+		_, err := FromEnv(env(map[string]string{name: v}))
+		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "MfKQ9r8") {
+			t.Errorf("%s=%s: %v", name, v, err)
+		}
+	}
+}
+
+func TestWebhookHostsOutsideDenyRanges(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{"WEBHOOK_HOSTS": "recv.test=10.0.0.5:8080", "SANDBOX_EGRESS_DENY_CIDRS": "10.0.0.0/8"}))
+	if err == nil || !strings.Contains(err.Error(), "WEBHOOK_HOSTS maps recv.test") {
+		t.Fatalf("a mapping into a denied range: %v", err)
+	}
+}
+
+// TestGroups: each group of settings FromEnv reads, by default and as
+// given, where no test above covers it.
+func TestGroups(t *testing.T) {
+	tests := []struct {
+		group string
+		env   map[string]string
+		ok    func(c *Config) bool
+	}{
+		{"files", nil, func(c *Config) bool {
+			return c.MaxUpload == 50<<20 && c.MaxRead == 10<<20 && c.QuotaFiles == 100000 && c.QuotaMode == "auto" &&
+				c.FileRetention == 0 && c.FileSecret == nil
+		}},
+		{"files", map[string]string{"SANDBOX_QUOTA_MODE": "Walk", "SANDBOX_QUOTA_FILES": "10", "SANDBOX_FILE_RETENTION": "48h",
+			"FILE_SECRET": "0123456789abcdef"}, func(c *Config) bool {
+			return c.QuotaMode == "walk" && c.QuotaFiles == 10 && c.FileRetention == 48*time.Hour && string(c.FileSecret) == "0123456789abcdef"
+		}},
+		{"server", nil, func(c *Config) bool {
+			return c.BodyBudget == 256<<20 && c.MetricsToken == "" && c.AllowedOrigins == nil
+		}},
+		{"server", map[string]string{"RUNBOX_PORT": "9000", "METRICS_TOKEN": " m-token ", "REDIS_URL": "redis://127.0.0.1:6379/1"},
+			func(c *Config) bool {
+				return c.PublicBaseURL == "http://localhost:9000" && c.MetricsToken == "m-token" && c.RedisURL == "redis://127.0.0.1:6379/1"
+			}},
+		{"sandbox", nil, func(c *Config) bool {
+			return c.MaxCode == 102400 && c.MaxInlineImages == 4 && c.MaxInlineImageBytes == 1<<20 && c.SessionTTL == 30*time.Minute &&
+				c.MaxQueuedPerConversation == 16 && c.MaxSessions == 0 && c.MaxWarm == "32" && c.Pool == "1,python=2" &&
+				c.Runtime == "" && c.ServerTTL == time.Hour && c.ProjectTTL == time.Hour &&
+				c.Engine == "docker" && c.Kubernetes == Kubernetes{Namespace: "runbox-sandboxes"}
+		}},
+		{"sandbox", map[string]string{"SANDBOX_ENGINE": "kubernetes", "KUBECONFIG": "/k/config", "SANDBOX_K8S_NAMESPACE": "boxes",
+			"SANDBOX_K8S_RUNTIME_CLASS": "runsc", "SANDBOX_RUNNERS_FILE": "/etc/runbox/runners.json"}, func(c *Config) bool {
+			return c.Engine == "kubernetes" && c.Kubernetes == Kubernetes{Kubeconfig: "/k/config", Namespace: "boxes", RuntimeClass: "runsc",
+				RunnersFile: "/etc/runbox/runners.json"}
+		}},
+		{"sandbox", map[string]string{"SANDBOX_RUNTIME": "runsc", "SANDBOX_MAX_SESSIONS": "3", "SANDBOX_POOL": "0",
+			"SANDBOX_SERVER_TTL": "5m", "SANDBOX_MAX_INLINE_IMAGES": "0"}, func(c *Config) bool {
+			return c.Runtime == "runsc" && c.MaxSessions == 3 && c.Pool == "0" && c.ServerTTL == 5*time.Minute && c.MaxInlineImages == 0
+		}},
+		{"commands", nil, func(c *Config) bool {
+			return c.CommandTimeout == 300*time.Second && c.MaxPerSession == 5 && c.MaxConcurrent == 10
+		}},
+		{"commands", map[string]string{"SANDBOX_TIMEOUT": "20", "SANDBOX_MAX_PER_SESSION": "2", "SANDBOX_MAX_CONCURRENT": "0"},
+			func(c *Config) bool {
+				return c.CommandTimeout == 20*time.Second && c.MaxPerSession == 2 && c.MaxConcurrent == 0
+			}},
+		{"executor", nil, func(c *Config) bool {
+			return c.MaxDetached == 32 && c.PollInterval == DefaultPollInterval && c.MetricsAddr == "" &&
+				c.ShutdownGrace == 30*time.Second && c.ExecutorID != "" && c.RunnerTag == "latest" &&
+				c.LinkAddr == "127.0.0.1:0" && c.LinkAdvertise == ""
+		}},
+		{"executor", map[string]string{"EXECUTOR_CONCURRENCY": "3", "EXECUTOR_ID": "exec-1", "RUNNER_TAG": "v2",
+			"EXECUTOR_POLL_INTERVAL": "250ms", "EXECUTOR_LINK_ADVERTISE": "10.0.0.2:7000"}, func(c *Config) bool {
+			return c.Concurrency == 3 && c.ExecutorID == "exec-1" && c.RunnerTag == "v2" &&
+				c.PollInterval == 250*time.Millisecond && c.LinkAdvertise == "10.0.0.2:7000"
+		}},
+		{"audit", nil, func(c *Config) bool {
+			return c.AuditRetention == 2160*time.Hour && c.AuditKey == nil
+		}},
+		{"audit", map[string]string{"AUDIT_RETENTION": "24h", "AUDIT_KEY": "audit-key-0123456789"}, func(c *Config) bool {
+			return c.AuditRetention == 24*time.Hour && string(c.AuditKey) == "audit-key-0123456789"
+		}},
+		{"previews", nil, func(c *Config) bool {
+			return c.PreviewScheme == "http" && c.PreviewDomain == "localhost:8080" && c.PreviewURLTTL == time.Hour &&
+				c.PreviewMaxRequest == 10<<20 && c.PreviewMaxResponse == 100<<20 && c.PreviewRate == 100
+		}},
+		{"previews", map[string]string{"PUBLIC_BASE_URL": "https://runbox.example", "PREVIEW_RATE": "5"}, func(c *Config) bool {
+			return c.PreviewScheme == "https" && c.PreviewDomain == "localhost" && c.PreviewRate == 5
+		}},
+		{"previews", map[string]string{"PREVIEW_BASE_DOMAIN": "preview.example"}, func(c *Config) bool {
+			return c.PreviewDomain == "preview.example"
+		}},
+		{"logs", nil, func(c *Config) bool {
+			return c.LogLevel == "info" && c.LogFormat == "text" && c.LogFile == ""
+		}},
+		{"logs", map[string]string{"LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json", "SANDBOX_LOG_FILE": "/var/log/runbox.log"},
+			func(c *Config) bool {
+				return c.LogLevel == "debug" && c.LogFormat == "json" && c.LogFile == "/var/log/runbox.log"
+			}},
+	}
+	for _, tt := range tests {
+		c, err := FromEnv(env(tt.env))
+		if err != nil {
+			t.Errorf("%s %v: %v", tt.group, tt.env, err)
+			continue
+		}
+		if !tt.ok(c) {
+			t.Errorf("%s %v: %+v", tt.group, tt.env, c)
+		}
+	}
+}
+
+// TestGroupErrors: the bad values of the groups TestErrorsNameTheVariable
+// does not reach, each refused with its message.
+func TestGroupErrors(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SANDBOX_QUOTA_MODE": "quota"}, `config: SANDBOX_QUOTA_MODE must be one of auto, loop, walk (got "quota")`},
+		{map[string]string{"SANDBOX_FILE_RETENTION": "0"}, `config: SANDBOX_FILE_RETENTION must be a positive duration such as 30s or 24h (got "0")`},
+		{map[string]string{"MCP_HTTP_BODY_BUDGET": "1m"}, "config: MCP_HTTP_BODY_BUDGET must hold at least one largest MCP message"},
+		{map[string]string{"SANDBOX_RUNTIME": "run sc"}, "config: SANDBOX_RUNTIME must name an OCI runtime the Docker Engine knows, such as runsc"},
+		{map[string]string{"SANDBOX_ENGINE": "k8s"}, `config: SANDBOX_ENGINE must be one of docker, kubernetes (got "k8s")`},
+		{map[string]string{"SANDBOX_RUNNERS_FILE": "/etc/runbox/runners.json"}, "config: SANDBOX_RUNNERS_FILE is read by the Kubernetes engine alone (SANDBOX_ENGINE=kubernetes)"},
+		{map[string]string{"SANDBOX_K8S_NAMESPACE": "Sandboxes"}, "config: SANDBOX_K8S_NAMESPACE must be a Kubernetes namespace's name (lower-case letters, digits and '-', at most 63)"},
+		{map[string]string{"SANDBOX_TIMEOUT": "0"}, `config: SANDBOX_TIMEOUT must be a whole number of at least 1 (got "0")`},
+		{map[string]string{"SANDBOX_MAX_CONCURRENT": "-1"}, `config: SANDBOX_MAX_CONCURRENT must be a whole number of at least 0 (got "-1")`},
+		{map[string]string{"EXECUTOR_POLL_INTERVAL": "often"}, `config: EXECUTOR_POLL_INTERVAL must be a positive duration such as 30s or 24h (got "often")`},
+		{map[string]string{"AUDIT_KEY": "short"}, "config: AUDIT_KEY must be at least 16 characters"},
+		{map[string]string{"AUDIT_RETENTION": "-1h"}, `config: AUDIT_RETENTION must be a positive duration such as 30s or 24h (got "-1h")`},
+		{map[string]string{"PREVIEW_RATE": "0"}, `config: PREVIEW_RATE must be a whole number of at least 1 (got "0")`},
+		{map[string]string{"PREVIEW_MAX_RESPONSE_BYTES": "big"}, `config: PREVIEW_MAX_RESPONSE_BYTES must be a size such as 512m or 1g (got "big")`},
+		{map[string]string{"GIT_API_URL": "https://git.example/api/v1"}, "config: GIT_API_URL is set without GIT_REPOS_FILE, which names the repositories it serves"},
+		{map[string]string{"SANDBOX_LOG_FILE": "", "LOG_FORMAT": "yaml"}, `config: LOG_FORMAT must be one of text, json (got "yaml")`},
+	}
+	for _, tt := range tests {
+		_, err := FromEnv(env(tt.env))
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.env, err, tt.want)
+		}
 	}
 }

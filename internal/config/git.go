@@ -60,6 +60,8 @@ type GitRepo struct {
 	BaseBranch string
 	// Clients may use the repository; nobody else sees it.
 	Clients []string
+	// ForbiddenPaths are refused besides the built-in list (rules).
+	ForbiddenPaths []rules.Pattern
 }
 
 // Secret is a credential. It prints as "[redacted]" however it is
@@ -97,6 +99,7 @@ type gitFileEntry struct {
 	AllowedBranches []string `yaml:"allowed_branches"`
 	BaseBranch      string   `yaml:"base_branch"`
 	Clients         []string `yaml:"clients"`
+	ForbiddenPaths  []string `yaml:"forbidden_paths"`
 }
 
 // DefaultAllowedBranches is what a repository without allowed_branches
@@ -217,6 +220,16 @@ func gitRepo(id string, e gitFileEntry, apis map[string]string, known map[string
 		}
 	}
 	r.Clients = slices.Clone(e.Clients)
+	if len(e.ForbiddenPaths) > rules.MaxPatterns {
+		return nil, fmt.Errorf("forbidden_paths: at most %d patterns", rules.MaxPatterns)
+	}
+	for _, fp := range e.ForbiddenPaths {
+		p, err := rules.ParsePattern(fp)
+		if err != nil {
+			return nil, fmt.Errorf("forbidden_paths: %q: %w", cut(fp), err)
+		}
+		r.ForbiddenPaths = append(r.ForbiddenPaths, p)
+	}
 	return r, nil
 }
 

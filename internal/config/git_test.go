@@ -34,6 +34,7 @@ repos:
     allowed_branches: ["runbox/*", "agent-?"]
     base_branch: develop
     clients: [alice, bob]
+    forbidden_paths: [deploy, "/infra/*.tf"]
   internal:
     forge: forgejo
     url: https://code.example.com/forge/team/internal
@@ -66,6 +67,9 @@ repos:
 	if in.Forge != ForgeGitea || in.APIURL != "https://code.example.com/forge/" || in.Owner != "team" || in.Name != "internal" ||
 		in.BaseBranch != "main" || strings.Join(in.AllowedBranches, ",") != "runbox/*" || in.Token.Reveal() != gitToken+"-file" {
 		t.Errorf("internal: %+v", in)
+	}
+	if fp := fmt.Sprint(r.ForbiddenPaths); fp != "[deploy /infra/*.tf]" || in.ForbiddenPaths != nil {
+		t.Errorf("forbidden_paths %s, %v", fp, in.ForbiddenPaths)
 	}
 	if ghe := g.Repos["ghe"]; ghe.APIURL != "https://ghe.example.com/api/v3/" {
 		t.Errorf("GitHub Enterprise API: %q", ghe.APIURL)
@@ -120,6 +124,8 @@ func TestGitReposFileErrors(t *testing.T) {
 		{"no clients", repo("    forge: gitea\n    url: https://git.example.com/o/r\n    token: " + gitToken + "\n"), "clients must name"},
 		{"unknown client", repo("    forge: gitea\n    url: https://git.example.com/o/r\n    token: " + gitToken + "\n    clients: [mallory]\n"), `no token belongs to a client "mallory"`},
 		{"bad glob", repo(base + "    token: " + gitToken + "\n    allowed_branches: [\"[\"]\n"), "not a valid pattern"},
+		{"bad forbidden path", repo(base + "    token: " + gitToken + "\n    forbidden_paths: [\"a/../b\"]\n"), `forbidden_paths: "a/../b"`},
+		{"bad forbidden glob", repo(base + "    token: " + gitToken + "\n    forbidden_paths: [\"[\"]\n"), "forbidden_paths"},
 		{"bad base", repo(base + "    token: " + gitToken + "\n    base_branch: a..b\n"), "base_branch"},
 		{"bad id", "repos:\n  \"a b\":\n" + base + "    token: " + gitToken + "\n", "the id must be"},
 		{"bad author", "author: {name: x, email: nope}\n" + repo(base+"    token: "+gitToken+"\n"), "author.email"},

@@ -115,20 +115,23 @@ var known = []string{
 	"SANDBOX_QUOTA_BYTES", "SANDBOX_QUOTA_FILES", "SANDBOX_QUOTA_MODE", "SANDBOX_SESSION_TTL",
 	"SANDBOX_MAX_QUEUED_PER_CONVERSATION", "SANDBOX_MAX_INLINE_IMAGES", "SANDBOX_MAX_INLINE_IMAGE_BYTES",
 	"SANDBOX_MAX_WARM", "SANDBOX_POOL", "SANDBOX_RUNTIME", "SANDBOX_SERVER_TTL", "SANDBOX_PROJECT_TTL",
-	"SANDBOX_FILE_RETENTION", "SANDBOX_EGRESS_ALLOW", "SANDBOX_EGRESS_HOSTS", "SANDBOX_EGRESS_MAX_BYTES",
+	"SANDBOX_FILE_RETENTION", "SANDBOX_EGRESS_ALLOW", "SANDBOX_EGRESS_HOSTS", "SANDBOX_EGRESS_DENY_CIDRS", "SANDBOX_EGRESS_MAX_BYTES",
 	"SANDBOX_EGRESS_MAX_CONNECTIONS", "SANDBOX_EGRESS_CONNECT_TIMEOUT", "SANDBOX_EGRESS_IDLE_TIMEOUT",
-	"SANDBOX_PIP_INDEX_URL", "SANDBOX_NPM_REGISTRY", "SANDBOX_TIMEOUT", "SANDBOX_MAX_CONCURRENT",
+	"SANDBOX_SECRETS_FILE", "SANDBOX_EGRESS_CA_FILE", "SANDBOX_ENGINE", "SANDBOX_K8S_NAMESPACE", "SANDBOX_K8S_RUNTIME_CLASS",
+	"SANDBOX_RUNNERS_FILE", "SANDBOX_PIP_INDEX_URL", "SANDBOX_NPM_REGISTRY", "SANDBOX_TIMEOUT", "SANDBOX_MAX_CONCURRENT",
 	"SANDBOX_MAX_PER_SESSION", "SANDBOX_MAX_SESSIONS", "SANDBOX_LOG_FILE", "SANDBOX_HOST", "SANDBOX_PORT",
 	// docker-compose.yml's, and the sandbox agent's own.
-	"RUNBOX_PORT", "RUNBOX_TAG", "RUNBOX_DATA", "RUNBOX_USER",
+	"RUNBOX_PORT", "RUNBOX_TAG", "RUNBOX_DATA", "RUNBOX_USER", "RUNBOX_REDIS_MAXMEMORY",
 	"MCP_HTTP_ADDR", "MCP_API_TOKEN", "MCP_API_TOKENS", "MCP_HTTP_BODY_BUDGET", "MCP_ALLOWED_ORIGINS",
+	"MCP_UNAUTHORIZED_PER_MINUTE", "MCP_TRUSTED_PROXIES",
+	"WEBHOOK_SECRET", "WEBHOOK_ALLOW", "WEBHOOK_HOSTS", "WEBHOOK_BACKOFF", "WEBHOOK_RETRY_FOR",
 }
 
 // CheckNames looks at the names of an environment (os.Environ): a
 // SANDBOX_ or RUNBOX_ variable runbox does not know is an error naming
 // the nearest known one, so that a misspelt limit never leaves a limit
-// off; an unknown MCP_ variable (other tools use the prefix) is only
-// worth a warning, which it returns.
+// off; an unknown MCP_ or WEBHOOK_ variable (other tools use the
+// prefixes) is only worth a warning, which it returns.
 func CheckNames(environ []string) (warnings []string, err error) {
 	names := slices.Clone(known)
 	for _, a := range aliases {
@@ -142,7 +145,7 @@ func CheckNames(environ []string) (warnings []string, err error) {
 		switch {
 		case strings.HasPrefix(name, "SANDBOX_") || strings.HasPrefix(name, "RUNBOX_"):
 			return warnings, fmt.Errorf("config: %s is not a setting runbox knows (did you mean %s?)", name, nearest(name, names))
-		case strings.HasPrefix(name, "MCP_"):
+		case strings.HasPrefix(name, "MCP_") || strings.HasPrefix(name, "WEBHOOK_"):
 			warnings = append(warnings, fmt.Sprintf("%s is not a setting runbox knows (did you mean %s?); ignored", name, nearest(name, names)))
 		}
 	}

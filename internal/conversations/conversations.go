@@ -35,15 +35,19 @@ type Service struct {
 	signer *files.Signer
 	runs   *runs.Service
 	store  *store.Store
+	// state copies kept state to forks; nil where there is none to copy.
+	state  StateForker
 	limits Limits
 	// closeWait bounds how long Close waits for the runs it cancelled
 	// to end.
 	closeWait time.Duration
 }
 
-// NewService returns a Service.
-func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st *store.Store, limits Limits) *Service {
-	return &Service{files: fs, signer: signer, runs: rs, store: st, limits: limits, closeWait: time.Minute}
+// NewService returns a Service; state (nil for none) gives forks their
+// source's kept state.
+func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st *store.Store, state StateForker,
+	limits Limits) *Service {
+	return &Service{files: fs, signer: signer, runs: rs, store: st, state: state, limits: limits, closeWait: time.Minute}
 }
 
 // Limits returns the service's limits.
@@ -55,13 +59,7 @@ func (s *Service) Limits() Limits { return s.limits }
 
 // info describes a file of the conversation key, with a fresh download URL.
 func (s *Service) info(key string, e runbox.StoredFile) runbox.FileInfo {
-	return runbox.FileInfo{
-		Name:      e.Name,
-		Path:      "/data/" + e.Name,
-		SizeBytes: e.Size,
-		MimeType:  files.MimeType(e.Name),
-		URL:       s.signer.URL(key, e.Name),
-	}
+	return s.signer.Info(key, e)
 }
 
 // Uploaded is what upload_file returns.

@@ -17,6 +17,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -27,17 +28,18 @@ import (
 func TestCloseWaitsForItsRuns(t *testing.T) {
 	ctx := auth.WithClient(context.Background(), clients.Client{Name: "alice"})
 	rdb := testenv.Client(t, testenv.Redis(t))
-	st := store.New(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
 	log := slog.New(slog.DiscardHandler)
-	hub := store.NewHub(st, log)
+	hub := stream.NewHub(conn, st, log)
 	t.Cleanup(func() { hub.Close() })
-	rs := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(rdb), log), runs.Limits{}, log)
+	rs := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(conn), log), runs.Limits{}, log)
 	root := t.TempDir()
 	folders, err := files.NewFolders(root, files.Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: files.QuotaWalk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := NewService(files.NewHostStore(folders), nil, rs, st, Limits{})
+	svc := NewService(files.NewHostStore(folders), nil, rs, st, nil, Limits{})
 	svc.closeWait = 100 * time.Millisecond
 
 	key, err := runs.ConversationKey(ctx, "c")
@@ -55,7 +57,7 @@ func TestCloseWaitsForItsRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := st.ClaimFor(ctx, "run_0123456789abcdef01234567", key, "ex", time.Hour, 0); err != nil || !c.OK {
+	if c, err := st.ClaimFor(ctx, "run_0123456789abcdef01234567", "ex", time.Hour, 0); err != nil || !c.OK {
 		t.Fatalf("claim: %+v, %v", c, err)
 	}
 	// Its executor never ends it.

@@ -25,7 +25,7 @@ func TestJanitorRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	st := store.New(store.NewConn(testenv.Client(t, url)))
 	ctx := context.Background()
 	for _, cid := range []string{"old", "old-busy", "fresh"} {
 		if _, err := folders.Ensure(cid); err != nil {
@@ -62,7 +62,7 @@ func TestExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	st := store.New(store.NewConn(testenv.Client(t, url)))
 	fs := files.NewHostStore(folders) // any FileStore: the expiry only removes
 	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
 	for _, cid := range []string{"old", "old-busy", "fresh"} {

@@ -8,8 +8,10 @@
 package egress
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -219,6 +221,96 @@ func parseTarget(t string) (Mapping, error) {
 		return Mapping{}, fmt.Errorf("%q is not an IP address with an optional port", truncate(t))
 	}
 	return Mapping{Addr: a.Unmap()}, nil
+}
+
+// Ranges are address ranges: those SANDBOX_EGRESS_DENY_CIDRS refuses.
+type Ranges []netip.Prefix
+
+// ParseRanges reads comma-separated CIDRs (an address alone is a range
+// of one).
+func ParseRanges(s string) (Ranges, error) {
+	var out Ranges
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			a, aerr := netip.ParseAddr(item)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an address", truncate(item))
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Contains reports whether a is in one of the ranges.
+func (rs Ranges) Contains(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	return slices.ContainsFunc(rs, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+// Resolver resolves names; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// deniedRange is why an address in SANDBOX_EGRESS_DENY_CIDRS is refused.
+const deniedRange = "an address in SANDBOX_EGRESS_DENY_CIDRS"
+
+// Resolve returns the addresses host may be dialled at on port, or why
+// none: a name hosts maps goes to its address (the caller holds it to
+// the mapping's port) unless deny holds it; any other is resolved by r,
+// and a single address it resolves to that Forbidden names, or that deny
+// holds, refuses it. Callers dial the addresses returned, never the name,
+// so that what was checked is what is reached (no second resolution for
+// a rebinding name to change). Everything that leaves the service for a
+// name a client chose — the egress proxy's connections, webhooks — goes
+// through here.
+func Resolve(ctx context.Context, r Resolver, hosts Hosts, own map[netip.Addr]bool, deny Ranges, host string, port uint16) ([]netip.AddrPort, string) {
+	if m, ok := hosts[host]; ok {
+		if deny.Contains(m.Addr) {
+			return nil, "the name is mapped to " + deniedRange
+		}
+		return []netip.AddrPort{netip.AddrPortFrom(m.Addr, port)}, ""
+	}
+	ips, err := r.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(ips) == 0 {
+		return nil, "the name does not resolve"
+	}
+	out := make([]netip.AddrPort, 0, len(ips))
+	for _, ip := range ips {
+		// One address it may not lead to refuses the name: its owner
+		// decides what it resolves to, and when.
+		why := Forbidden(ip, own)
+		if why == "" && deny.Contains(ip) {
+			why = deniedRange
+		}
+		if why != "" {
+			return nil, "the name resolves to " + why
+		}
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), port))
+	}
+	return out, ""
+}
+
+// OwnAddresses returns the addresses of the host's interfaces, which no
+// name resolved through DNS may lead to (Forbidden's own).
+func OwnAddresses() (map[netip.Addr]bool, error) {
+	own := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+			own[pfx.Addr().Unmap().WithZone("")] = true
+		}
+	}
+	return own, err
 }
 
 // reserved are the ranges no name resolved through DNS may lead to,

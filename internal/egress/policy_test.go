@@ -121,3 +121,23 @@ func TestForbidden(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRanges(t *testing.T) {
+	rs, err := ParseRanges(" 203.0.113.7 ,198.51.100.0/24, 2001:db8::/32,::ffff:192.0.2.0/120,")
+	if err != nil || len(rs) != 4 {
+		t.Fatalf("%v %v", rs, err)
+	}
+	for a, want := range map[string]bool{
+		"203.0.113.7": true, "203.0.113.8": false, "198.51.100.200": true, "::ffff:198.51.100.1": true,
+		"2001:db8::1": true, "2001:db9::1": false, "192.0.2.9": true, "192.0.3.1": false,
+	} {
+		if got := rs.Contains(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Contains(%s) = %v", a, got)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/33", "host.example", "10.0.0.0/8/8"} {
+		if _, err := ParseRanges(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

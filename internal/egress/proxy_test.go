@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +37,7 @@ type fixture struct {
 	records []runbox.Egress
 }
 
-func newFixture(t *testing.T, change func(*Settings)) *fixture {
+func newFixture(t testing.TB, change func(*Settings)) *fixture {
 	t.Helper()
 	f := &fixture{run: "run-1"}
 	mux := http.NewServeMux()
@@ -122,7 +124,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func port(t *testing.T, u string) int {
+func port(t testing.TB, u string) int {
 	t.Helper()
 	pu, err := url.Parse(u)
 	if err != nil {
@@ -485,6 +487,185 @@ func TestProxyConnectTimeout(t *testing.T) {
 			}
 			if len(recs) != 1 || recs[0].Host != tt.host || !strings.Contains(recs[0].Reason, tt.reason) {
 				t.Errorf("records %+v, want one of %q saying %q", recs, tt.host, tt.reason)
+			}
+		})
+	}
+}
+
+// A program that opens refused connections in a loop gets its first ones
+// recorded one by one and the rest counted, per host and reason: what it
+// costs the run's events, result and audit entries is bounded.
+func TestProxyCountsConnectionsPastTheRecords(t *testing.T) {
+	f := newFixture(t, func(s *Settings) { s.MaxRecords = 5; s.MaxConnections = 1000 })
+	r := f.open("files.test")
+	for i := range 30 {
+		host := "other.test"
+		if i%3 == 0 {
+			host = "denied.test"
+		}
+		if status, _ := f.raw(t, fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %[1]s\r\n\r\n", host)); status != http.StatusForbidden {
+			t.Fatalf("connection %d: %d", i, status)
+		}
+	}
+	// Distinct hosts past the counts' bound fall into one count.
+	for i := range maxCounts + 10 {
+		f.raw(t, fmt.Sprintf("GET http://h%d.test/ HTTP/1.1\r\nHost: h%[1]d.test\r\n\r\n", i))
+	}
+	recs := r.Close()
+	f.mu.Lock()
+	got := slices.Clone(f.records)
+	f.mu.Unlock()
+	if len(recs) > 5+maxCounts+1 || len(got) != len(recs) {
+		t.Fatalf("%d records returned, %d recorded: want at most %d, the same", len(recs), len(got), 5+maxCounts+1)
+	}
+	total, counted := 0, map[string]int{}
+	for i, e := range recs {
+		if e.Allowed {
+			t.Errorf("allowed: %+v", e)
+		}
+		switch {
+		case i < 5 && e.Count != 0:
+			t.Errorf("record %d is a count: %+v", i, e)
+		case i >= 5 && e.Count == 0:
+			t.Errorf("record %d past the first 5 is not a count: %+v", i, e)
+		}
+		total += max(e.Count, 1)
+		counted[e.Host+" "+e.Reason] += e.Count
+	}
+	if total != 30+maxCounts+10 {
+		t.Errorf("the records stand for %d connections, want %d", total, 30+maxCounts+10)
+	}
+	if counted["other.test not among this run's network.allowed_domains"] == 0 ||
+		counted["denied.test not among this run's network.allowed_domains"] == 0 || counted[" "+otherConnections] == 0 {
+		t.Errorf("counts %v", counted)
+	}
+}
+
+// counted is an HTTP server on loopback that counts the connections open
+// to it.
+type counted struct {
+	srv  *httptest.Server
+	open atomic.Int64
+}
+
+func newCounted(t *testing.T) *counted {
+	t.Helper()
+	c := &counted{}
+	c.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") }))
+	c.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			c.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			c.open.Add(-1)
+		}
+	}
+	c.srv.Start()
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+// atMost waits for at most n connections to be open, and says whether
+// they came down to that.
+func (c *counted) atMost(n int64) bool {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if c.open.Load() <= n {
+			return true
+		}
+	}
+	return false
+}
+
+// TestProxyIdleBounds: a run cycling through many allowed names keeps at
+// most MaxIdlePerRun of its upstream connections idle, and all runs
+// together at most MaxIdle — not one per name and host.
+func TestProxyIdleBounds(t *testing.T) {
+	up := newCounted(t)
+	lo := netip.MustParseAddr("127.0.0.1")
+	f := newFixture(t, func(s *Settings) {
+		s.MaxIdlePerRun, s.MaxIdle = 4, 6
+		for i := range 40 {
+			s.Hosts[fmt.Sprintf("n%d.cycle.test", i)] = Mapping{lo, uint16(port(t, up.srv.URL))}
+		}
+	})
+	cycle := func(run string, from, to int) *http.Client {
+		t.Helper()
+		f.mu.Lock()
+		f.run = run
+		f.mu.Unlock()
+		r := f.open("*.cycle.test")
+		t.Cleanup(func() { r.Close() })
+		c := f.client() // one connection to the proxy, kept alive
+		t.Cleanup(c.CloseIdleConnections)
+		for i := from; i < to; i++ {
+			resp, err := c.Get(fmt.Sprintf("http://n%d.cycle.test:%d/", i, port(t, up.srv.URL)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "hi" {
+				t.Fatalf("n%d: %d %q", i, resp.StatusCode, b)
+			}
+		}
+		return c
+	}
+	c1 := cycle("run-1", 0, 20)
+	if !up.atMost(4) {
+		t.Errorf("one run holds %d upstream connections after 20 names, want at most 4", up.open.Load())
+	}
+	cycle("run-2", 20, 40)
+	if !up.atMost(6) {
+		t.Errorf("two runs hold %d upstream connections, want at most 6", up.open.Load())
+	}
+	// A connection let go is dialled again when needed.
+	if resp, err := c1.Get(fmt.Sprintf("http://n0.cycle.test:%d/", port(t, up.srv.URL))); err != nil || resp.StatusCode != 200 {
+		t.Errorf("again: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// staticResolver resolves names from a table.
+type staticResolver map[string][]netip.Addr
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// TestProxyDenyRanges: SANDBOX_EGRESS_DENY_CIDRS refuses names that lead
+// into its ranges — any of their addresses, for a request or a tunnel —
+// and mapped names too. (Nothing here is dialled: every case is refused.)
+func TestProxyDenyRanges(t *testing.T) {
+	deny, err := ParseRanges("198.18.0.0/15, 8.8.8.0/24, 127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(s *Settings) {
+		s.Deny = deny
+		s.Resolver = staticResolver{
+			"host.test":  {netip.MustParseAddr("8.8.8.8")},
+			"multi.test": {netip.MustParseAddr("1.1.1.1"), netip.MustParseAddr("::ffff:8.8.8.9")},
+		}
+	})
+	for _, tt := range []struct{ name, request, reason string }{
+		{"a name resolving into a range", "GET http://host.test/ HTTP/1.1\r\nHost: host.test\r\n\r\n", "resolves to an address in SANDBOX_EGRESS_DENY_CIDRS"},
+		{"one address of several", "GET http://multi.test/ HTTP/1.1\r\nHost: multi.test\r\n\r\n", "resolves to an address in SANDBOX_EGRESS_DENY_CIDRS"},
+		{"a tunnel", "CONNECT host.test:443 HTTP/1.1\r\nHost: host.test:443\r\n\r\n", "SANDBOX_EGRESS_DENY_CIDRS"},
+		{"a mapped name", fmt.Sprintf("GET http://files.test:%d/hello HTTP/1.1\r\n\r\n", f.files), "mapped to an address in SANDBOX_EGRESS_DENY_CIDRS"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.open("host.test", "multi.test", "files.test")
+			status, body := f.raw(t, tt.request)
+			recs := r.Close()
+			if status != http.StatusForbidden || !strings.Contains(body, tt.reason) {
+				t.Errorf("answer %d %q, want 403 saying %q", status, body, tt.reason)
+			}
+			if len(recs) != 1 || recs[0].Allowed || !strings.Contains(recs[0].Reason, tt.reason) {
+				t.Errorf("records %+v", recs)
 			}
 		})
 	}

@@ -22,8 +22,10 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
+	"github.com/runbox-dev/runbox/internal/watchdog"
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
@@ -42,9 +44,10 @@ type rig struct {
 func newRig(t *testing.T, cfg Config) *rig {
 	t.Helper()
 	rdb := testenv.Client(t, testenv.Redis(t))
-	st := store.New(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	sched := queue.NewScheduler(st, queue.NewClient(rdb), log)
+	sched := queue.NewScheduler(st, queue.NewClient(conn), log)
 	root := t.TempDir()
 	folders, err := files.NewFolders(root, files.Options{UID: sandbox.UID, GID: sandbox.GID, Quota: 1 << 30,
 		Files: 100000, Mode: files.QuotaWalk})
@@ -57,9 +60,9 @@ func newRig(t *testing.T, cfg Config) *rig {
 	cfg.ShutdownGrace = cmpOr(cfg.ShutdownGrace, 10*time.Second)
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.Schedule = lifecycle.Periodic(clockwork.NewRealClock())
-	m := sandbox.NewManager(testenv.Docker(t), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
+	m := sandbox.NewManager(docker.New(testenv.Docker(t), docker.Options{}), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
 		Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}, MaxWarm: sandbox.WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
-	e := New(cfg, rdb, st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
+	e := New(cfg, conn, st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -278,13 +281,13 @@ func TestWatchdogEndsDetachedRunOfDeadExecutor(t *testing.T) {
 	}
 	r.e.background[0].Stop() // the heartbeat: the executor is as good as dead
 	log := slog.New(slog.DiscardHandler)
-	wd := NewWatchdog(r.store, r.sched, lifecycle.Periodic(clockwork.NewRealClock()), log)
+	wd := watchdog.New(r.store, r.sched, lifecycle.Periodic(clockwork.NewRealClock()), log)
 	if err := wd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer wd.Stop()
 	run := r.wait(id)
-	if run.Status != runbox.StatusError || run.Result.Error != lostMessage {
+	if run.Status != runbox.StatusError || run.Result.Error != watchdog.LostMessage {
 		t.Errorf("the lost run ended %s %+v", run.Status, run.Result)
 	}
 }
@@ -343,7 +346,7 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, err := r.store.ClaimFor(ctx, ids[peer], cid, peer, time.Hour, 0); err != nil || !c.OK {
+		if c, err := r.store.ClaimFor(ctx, ids[peer], peer, time.Hour, 0); err != nil || !c.OK {
 			t.Fatalf("claim %s as %s: %+v, %v", ids[peer], peer, c, err)
 		}
 		if _, err := r.folders.NewSlot(SlotPrefix(peer) + "a"); err != nil {
@@ -351,7 +354,7 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 		}
 	}
 	for _, peer := range []string{"peer-back", "peer-dead"} {
-		r.e.release(ctx, peer, seen[peer])
+		r.e.reaper.release(ctx, peer, seen[peer])
 	}
 	beats, err := r.store.Beats(ctx, "peer-back", "peer-dead")
 	if err != nil {
@@ -392,7 +395,7 @@ func TestShutdownLeavesWaitingRunQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := r.submit(runbox.Spec{ConversationID: cid, Code: "echo ran"})
-	in := asynq.NewInspectorFromRedisClient(r.e.redis)
+	in := asynq.NewInspectorFromRedisClient(r.e.conn.Redis())
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		info, err := in.GetTaskInfo(queue.ExecutorQueue(r.e.cfg.ID), id)
 		if err == nil && info.State == asynq.TaskStateActive {

@@ -26,28 +26,35 @@ type Egress struct {
 	PipIndexURL string
 	NPMRegistry string
 	Audit       *audit.Recorder
+	// Secrets are the operator's secrets, with their values, which the
+	// proxy puts into the requests of the runs that ask for them.
+	Secrets egress.Secrets
 }
 
-// openEgress lets a run that asked for network or packages reach what
-// it may: first what installing its packages may (the client's
-// allowlist), else what its program asked for. Each connection becomes
-// an event of the run and an audit entry. nil when it asked nothing: a
-// run that asks nothing pays nothing.
+// openEgress lets a run that asked for network, packages or secrets
+// reach what it may: first what installing its packages may (the
+// client's allowlist, without secrets), else what its program may (its
+// network.allowed_domains and its secrets' domains, with the secrets:
+// programGrant). Each connection becomes an event of the run and an
+// audit entry. nil when it asked nothing: a run that asks nothing pays
+// nothing.
 func (e *Executor) openEgress(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger) (*egress.Run, error) {
-	if spec.Network == nil && len(spec.Packages) == 0 {
+	if !wantsNetwork(spec) && len(spec.Packages) == 0 {
 		return nil, nil
 	}
 	eg := e.cfg.Egress
 	if eg == nil || eg.Proxy == nil {
 		return nil, fmt.Errorf("the run asked for network, and this executor has no egress proxy")
 	}
-	domains := spec.Domains()
-	if len(spec.Packages) > 0 {
-		domains = spec.PackageDomains
-	}
-	grant, err := egress.ParsePatterns(domains)
+	grant, secrets, err := e.programGrant(spec)
 	if err != nil {
 		return nil, err
+	}
+	if len(spec.Packages) > 0 {
+		if grant, err = egress.ParsePatterns(spec.PackageDomains); err != nil {
+			return nil, err
+		}
+		secrets = nil // the program's, once they are installed
 	}
 	client, conv, _ := runbox.ParseConversationKey(spec.ConversationID)
 	record := func(rec runbox.Egress) {
@@ -59,7 +66,39 @@ func (e *Executor) openEgress(ctx context.Context, id string, spec runbox.Spec, 
 			eg.Audit.Egress(ctx, client, conv, id, rec)
 		}
 	}
-	return eg.Proxy.Open(id, grant, record), nil
+	run := eg.Proxy.Open(id, grant, record)
+	run.UseSecrets(secrets)
+	return run, nil
+}
+
+// wantsNetwork reports whether a run's program reaches outside its
+// sandbox: it asked for domains, or for secrets (their domains).
+func wantsNetwork(spec runbox.Spec) bool { return spec.Network != nil || len(spec.Secrets) > 0 }
+
+// programGrant returns what a run's program may reach, and the secrets
+// its requests carry: the domains it asked for and its secrets' domains.
+func (e *Executor) programGrant(spec runbox.Spec) (egress.Patterns, []egress.Secret, error) {
+	grant, err := egress.ParsePatterns(spec.Domains())
+	if err != nil {
+		return nil, nil, err
+	}
+	var secrets []egress.Secret
+	if len(spec.Secrets) > 0 {
+		if e.cfg.Egress == nil || e.cfg.Egress.Proxy.TrustPEM() == "" {
+			return nil, nil, fmt.Errorf("the run asked for secrets, and this executor has none")
+		}
+		if secrets, err = e.cfg.Egress.Secrets.Pick(spec.Secrets); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, s := range secrets {
+		for _, d := range s.Domains {
+			if !grant.Covers(d) {
+				grant = append(grant, d)
+			}
+		}
+	}
+	return grant, secrets, nil
 }
 
 // networkEnv is what a run that asked for network (or installs packages)
@@ -85,14 +124,28 @@ func (e *Executor) networkEnv() map[string]string {
 }
 
 // programEnv is the environment of the run's program: its own variables
-// over the network's, when it asked for network.
+// over the network's and its secrets' placeholders, when it asked for
+// network or secrets.
 func (e *Executor) programEnv(spec runbox.Spec) map[string]string {
-	if spec.Network == nil {
+	if !wantsNetwork(spec) {
 		return spec.Env
 	}
 	env := e.networkEnv()
+	for _, name := range spec.Secrets {
+		s := egress.Secret{Name: name}
+		env[s.EnvName()] = s.Placeholder()
+	}
 	maps.Copy(env, spec.Env)
 	return env
+}
+
+// programTrust is the certificate a run's sandbox trusts for its
+// program, besides its own roots: the proxy's CA, for a run with secrets.
+func (e *Executor) programTrust(spec runbox.Spec) string {
+	if len(spec.Secrets) == 0 || e.cfg.Egress == nil {
+		return ""
+	}
+	return e.cfg.Egress.Proxy.TrustPEM()
 }
 
 // installOutput bounds what an install's output keeps: its tail, for the

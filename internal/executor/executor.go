@@ -5,6 +5,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
@@ -25,6 +25,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/watchdog"
 	"github.com/runbox-dev/runbox/internal/workcopy"
 )
 
@@ -68,7 +69,7 @@ type Config struct {
 	Schedule lifecycle.Schedule
 	// OwnerTTL is how long a conversation's next runs come to this
 	// executor after its last one here: as long as its sandbox idles
-	// (sandbox.DefaultIdleTTL if 0).
+	// (sandbox.DefaultIdleTTL if 0), and ownerGrace more.
 	OwnerTTL time.Duration
 	// Copies, when set, keep the conversations' folders here as working
 	// copies of a remote file store (FILE_STORE=s3://…): pulled before a
@@ -94,12 +95,12 @@ type Config struct {
 type Executor struct {
 	cfg       Config
 	store     *store.Store
-	sandboxes *sandbox.Manager
-	folders   *files.Folders
+	sandboxes Sandboxes
+	folders   Workspace
 	signer    *files.Signer
 	sched     *queue.Scheduler
 	log       *slog.Logger
-	redis     redis.UniversalClient // shared with the store and the queue client
+	conn      *store.Conn // shared with the store and the queue client
 
 	srv     *asynq.Server
 	runners []runbox.Runner
@@ -107,8 +108,7 @@ type Executor struct {
 	// landlock says that its sandboxes hold programs to filesystem rules.
 	landlock bool
 
-	metrics  *metrics
-	poolWake chan struct{} // the pool lost a sandbox
+	metrics *metrics
 
 	// backgrounds are the background runs running here (tail.go).
 	backgrounds backgrounds
@@ -121,6 +121,7 @@ type Executor struct {
 	active   map[string]*activeRun // by run id
 	detached int                   // active runs that detached
 	stopping bool                  // Shutdown has begun: no run is claimed
+	ended    recentRuns            // runs claimed here that have ended
 
 	// convs serialises what runs of one conversation do to its folder
 	// before and after their programs (adopting a sandbox, pulling and
@@ -133,12 +134,12 @@ type Executor struct {
 	runs      sync.WaitGroup
 
 	background lifecycle.Group // heartbeat, janitor, watchdog, pool, listeners
-	watchdog   *Watchdog       // of background; also ends a dead peer's runs
+	reaper     *peerReaper     // of the janitor; also at shutdown
 }
 
 // New returns an Executor. Start starts it.
-func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Scheduler, sandboxes *sandbox.Manager,
-	folders *files.Folders, signer *files.Signer, log *slog.Logger) *Executor {
+func New(cfg Config, conn *store.Conn, st *store.Store, sched *queue.Scheduler, sandboxes Sandboxes,
+	folders Workspace, signer *files.Signer, log *slog.Logger) *Executor {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
@@ -148,9 +149,7 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
-	if cfg.OwnerTTL == 0 {
-		cfg.OwnerTTL = sandbox.DefaultIdleTTL
-	}
+	cfg.OwnerTTL = cmp.Or(cfg.OwnerTTL, sandbox.DefaultIdleTTL) + ownerGrace
 	if cfg.ServerIdle == 0 {
 		cfg.ServerIdle = DefaultServerIdle
 	}
@@ -165,12 +164,16 @@ func New(cfg Config, rdb redis.UniversalClient, st *store.Store, sched *queue.Sc
 	}
 	e := &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
-		log: log.With("executor", cfg.ID), redis: rdb, active: map[string]*activeRun{},
+		log: log.With("executor", cfg.ID), conn: conn, active: map[string]*activeRun{},
 		slots: make(chan struct{}, max(cfg.Concurrency, 1)), convs: keyedMutex{m: map[string]*keyedEntry{}},
-		metrics:  newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
-		poolWake: make(chan struct{}, 1),
+		metrics: newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 	}
-	e.announced.e = e
+	e.announced = announcements{
+		await: func(ctx context.Context, d time.Duration, mine bool) (string, error) {
+			return e.store.AwaitWake(ctx, d, cfg.ID, mine)
+		},
+		process: e.process, slots: e.slots, runs: &e.runs, count: e.metrics.announced, clock: cfg.Clock, log: e.log,
+	}
 	return e
 }
 
@@ -208,7 +211,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		return err
 	}
 
-	e.srv = asynq.NewServerFromRedisClient(e.redis, asynq.Config{
+	e.srv = asynq.NewServerFromRedisClient(e.conn.Redis(), asynq.Config{
 		Concurrency: e.cfg.Concurrency,
 		// Its own queue (the conversations whose sandbox it holds) more
 		// often than the shared one, never only: new conversations must
@@ -228,23 +231,7 @@ func (e *Executor) Start(ctx context.Context) error {
 
 	// The background parts outlive the start's context: Shutdown stops
 	// them, in reverse order.
-	e.watchdog = NewWatchdog(e.store, e.sched, e.cfg.Schedule, e.log)
-	e.background = lifecycle.Group{
-		&heartbeat{e: e},
-		&sandboxJanitor{e: e},
-		e.watchdog,
-		&poolFiller{e: e},
-		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
-			handle: func(msg string) {
-				c := store.ParseCancel(msg)
-				e.cancel(c.ID, userCancel(c))
-			}, log: e.log},
-		&subscriber{name: "closed conversations", subscribe: e.store.SubscribeClosed, handle: e.dropClosed, log: e.log},
-	}
-	if eg := e.cfg.Egress; eg != nil && eg.Proxy != nil {
-		// First started, last stopped: runs use it until they end.
-		e.background = append(lifecycle.Group{eg.Proxy}, e.background...)
-	}
+	e.background = e.backgroundParts()
 	if err := e.background.Start(context.WithoutCancel(ctx)); err != nil {
 		e.srv.Shutdown()
 		return err
@@ -278,6 +265,35 @@ func NewSlotName(executor string) string {
 	return SlotPrefix(executor) + strings.ToLower(rand.Text()[:10])
 }
 
+// backgroundParts are the executor's parts that run beside its runs, each
+// given what it uses: the heartbeat, the sandbox janitor (and the peers'
+// reaper it shares with Shutdown), the watchdog, the pool filler, the
+// subscriptions to cancellations and closed conversations, and the egress
+// proxy first of all.
+func (e *Executor) backgroundParts() lifecycle.Group {
+	wd := watchdog.New(e.store, e.sched, e.cfg.Schedule, e.log)
+	e.reaper = &peerReaper{sandboxes: e.sandboxes, store: e.store, slots: e.folders, endLost: wd.Check,
+		interval: e.cfg.HeartbeatInterval, clock: e.cfg.Clock, log: e.log}
+	parts := lifecycle.Group{
+		&heartbeat{beat: e.renew, interval: e.cfg.HeartbeatInterval, clock: e.cfg.Clock},
+		&sandboxJanitor{sandboxes: e.sandboxes, peers: e.reaper, clock: e.cfg.Clock, log: e.log},
+		wd,
+		&poolFiller{sandboxes: e.sandboxes, slots: e.folders, runners: e.runners, pool: e.cfg.Pool, executor: e.cfg.ID,
+			wants: e.sandboxes.PoolWants(), clock: e.cfg.Clock, log: e.log},
+		&subscriber{name: "cancellations", subscribe: e.store.SubscribeCancels,
+			handle: func(msg string) {
+				c := store.ParseCancel(msg)
+				e.cancel(c.ID, userCancel(c))
+			}, log: e.log},
+		&subscriber{name: "closed conversations", subscribe: e.store.SubscribeClosed, handle: e.dropClosed, log: e.log},
+	}
+	if eg := e.cfg.Egress; eg != nil && eg.Proxy != nil {
+		// First started, last stopped: runs use it until they end.
+		parts = append(lifecycle.Group{eg.Proxy}, parts...)
+	}
+	return parts
+}
+
 // dropClosed removes the warm sandboxes of a conversation a client closed.
 func (e *Executor) dropClosed(cid string) {
 	if n := e.sandboxes.Drop(cid); n > 0 {
@@ -303,6 +319,13 @@ func (e *Executor) cancelAll(cause error) {
 	}
 }
 
+// ownerGrace keeps a conversation's runs here past its sandbox's idle
+// TTL for as long as the janitor may take to notice (pruneInterval) and
+// to save its kept interpreter (sandbox.PauseTimeout): a run that went to
+// another executor while the interpreter still lived here would start a
+// new one there, and this one's state would be lost.
+const ownerGrace = pruneInterval + sandbox.PauseTimeout
+
 // sandboxRemoval bounds how long a stopping executor waits for the
 // engine to remove its sandboxes.
 const sandboxRemoval = 90 * time.Second
@@ -321,6 +344,13 @@ func (e *Executor) Shutdown(ctx context.Context) {
 	e.mu.Lock()
 	e.stopping = true
 	e.mu.Unlock()
+	// Before its conversations may go elsewhere (Drain): the kept
+	// interpreters idle here are saved first, and restored where their
+	// next runs go while this executor still finishes its runs. Those of
+	// the runs under way are saved as each ends (finish).
+	if err := e.sandboxes.PauseAll(); err != nil {
+		e.log.Warn("save the kept interpreters of a stopping executor", "err", err)
+	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	if err := e.store.Drain(dctx, e.cfg.ID, e.cfg.ShutdownGrace+sandboxRemoval+time.Minute); err != nil {
 		e.log.Warn("mark the executor draining", "err", err)
@@ -372,7 +402,7 @@ wait:
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer rcancel()
-	e.reapPeersAtShutdown(rctx)
+	e.reaper.atShutdown(rctx)
 	e.log.Info("executor stopped")
 }
 
@@ -380,11 +410,17 @@ wait:
 // dashboard) when nothing waits in it; what does is enqueued again for
 // any executor by the sweep once this one is gone.
 func (e *Executor) removeQueue() {
-	in := asynq.NewInspectorFromRedisClient(e.redis) // holds no connection of its own: never closed
+	in := asynq.NewInspectorFromRedisClient(e.conn.Redis()) // holds no connection of its own: never closed
 	err := in.DeleteQueue(queue.ExecutorQueue(e.cfg.ID), false)
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		e.log.Info("keep the executor's queue", "err", err)
 	}
+}
+
+func (e *Executor) isStopping() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopping
 }
 
 func (e *Executor) activeCount() int {

@@ -2,20 +2,26 @@ package executor
 
 import (
 	"context"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
-// heartbeat keeps the executor registered and its runs' leases current
-// every HeartbeatInterval, and stops runs whose lease someone else ended.
+// heartbeat beats every interval: the executor's renew keeps it
+// registered and its runs' leases current, and stops runs whose lease
+// someone else ended.
 type heartbeat struct {
 	lifecycle.Base
-	e *Executor
+	beat     func(context.Context)
+	interval time.Duration
+	clock    clockwork.Clock
 }
 
 func (h *heartbeat) Start(ctx context.Context) error {
-	return h.Base.Run(ctx, lifecycle.Every(h.e.cfg.Clock, h.e.cfg.HeartbeatInterval, h.e.renew))
+	return h.Base.Run(ctx, lifecycle.Every(h.clock, h.interval, h.beat))
 }
 
 // register records the executor in Redis for five heartbeats.

@@ -2,9 +2,14 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // The sandboxes of an executor that died (killed, its host's engine
@@ -29,19 +34,64 @@ import (
 // not in three is taken for dead.
 const peerBeatWindow = 3
 
-// reapPeers removes the containers here of this deployment's other
-// executors that alive does not vouch for and that are older than minAge,
-// and releases what each of those executors held — unless it beat since
-// seen (their heartbeats' expiry, read before alive judged them).
-func (e *Executor) reapPeers(ctx context.Context, seen map[string]int64, alive func(string) bool, minAge time.Duration) {
-	removed, err := e.sandboxes.ReapDead(ctx, alive, minAge)
+// peerReaper removes the sandboxes here of this deployment's dead
+// executors and releases what they held.
+type peerReaper struct {
+	sandboxes peerSandboxes
+	store     peerStore
+	slots     slotWorkspace
+	// endLost ends the runs whose lease lapsed (the watchdog's Check).
+	endLost  func(context.Context)
+	interval time.Duration // of the heartbeats
+	clock    clockwork.Clock
+	log      *slog.Logger
+}
+
+// peerStore is what the reaper asks of the store.
+type peerStore interface {
+	Beats(ctx context.Context, ids ...string) (map[string]int64, error)
+	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+	ReleaseDead(ctx context.Context, executor string, seen int64) (released bool, runs []string, err error)
+}
+
+// reapLapsed removes the sandboxes of this deployment's executors whose
+// heartbeat lapsed. A container younger than a heartbeat TTL is left
+// alone: its executor may not have registered yet.
+func (r *peerReaper) reapLapsed(ctx context.Context) {
+	peers := r.list(ctx)
+	if len(peers) == 0 {
+		return
+	}
+	seen, err := r.store.Beats(ctx, peers...)
 	if err != nil {
-		e.log.Warn("reap the sandboxes of dead executors", "err", err)
+		r.log.Warn("reap the sandboxes of dead executors", "err", err)
+		return
+	}
+	infos, err := r.store.Executors(ctx)
+	if err != nil {
+		r.log.Warn("reap the sandboxes of dead executors", "err", err)
+		return
+	}
+	alive := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		alive[info.ID] = true
+	}
+	r.reap(ctx, seen, func(id string) bool { return alive[id] }, 5*r.interval)
+}
+
+// reap removes the containers here of this deployment's other executors
+// that alive does not vouch for and that are older than minAge, and
+// releases what each of those executors held — unless it beat since seen
+// (their heartbeats' expiry, read before alive judged them).
+func (r *peerReaper) reap(ctx context.Context, seen map[string]int64, alive func(string) bool, minAge time.Duration) {
+	removed, err := r.sandboxes.ReapDead(ctx, alive, minAge)
+	if err != nil {
+		r.log.Warn("reap the sandboxes of dead executors", "err", err)
 		return
 	}
 	for _, peer := range slices.Sorted(maps.Keys(removed)) {
-		e.log.Info("removed the sandboxes of a dead executor", "peer", peer, "count", removed[peer])
-		e.release(ctx, peer, seen[peer])
+		r.log.Info("removed the sandboxes of a dead executor", "peer", peer, "count", removed[peer])
+		r.release(ctx, peer, seen[peer])
 	}
 }
 
@@ -49,55 +99,61 @@ func (e *Executor) reapPeers(ctx context.Context, seen map[string]int64, alive f
 // removing its containers can take seconds, and an executor that restarts
 // under the same id (a container's hostname) removes its old ones too,
 // then registers and starts runs and sandboxes that are its own.
-func (e *Executor) release(ctx context.Context, peer string, seen int64) {
-	released, runs, err := e.store.ReleaseDead(ctx, peer, seen)
+func (r *peerReaper) release(ctx context.Context, peer string, seen int64) {
+	released, runs, err := r.store.ReleaseDead(ctx, peer, seen)
 	switch {
 	case err != nil:
-		e.log.Warn("release a dead executor", "peer", peer, "err", err)
+		r.log.Warn("release a dead executor", "peer", peer, "err", err)
 		return
 	case !released:
-		e.log.Info("a dead executor is alive again: it keeps what it holds", "peer", peer)
+		r.log.Info("a dead executor is alive again: it keeps what it holds", "peer", peer)
 		return
 	case len(runs) > 0:
-		e.watchdog.Check(ctx)
+		r.endLost(ctx)
 	}
-	if err := e.folders.RemoveSlots(SlotPrefix(peer)); err != nil {
-		e.log.Warn("remove a dead executor's slots", "peer", peer, "err", err)
+	if err := r.slots.RemoveSlots(SlotPrefix(peer)); err != nil {
+		r.log.Warn("remove a dead executor's slots", "peer", peer, "err", err)
 	}
 }
 
-// reapPeersAtShutdown is reapPeers for an executor that stops: a peer is
-// alive if its heartbeat moves within peerBeatWindow heartbeats, however
-// current it is (a peer killed a moment ago still has one).
-func (e *Executor) reapPeersAtShutdown(ctx context.Context) {
-	peers, err := e.sandboxes.Peers(ctx)
-	if err != nil {
-		e.log.Warn("list the sandboxes of other executors", "err", err)
-		return
-	}
+// atShutdown is reap for an executor that stops: a peer is alive if its
+// heartbeat moves within peerBeatWindow heartbeats, however current it is
+// (a peer killed a moment ago still has one).
+func (r *peerReaper) atShutdown(ctx context.Context) {
+	peers := r.list(ctx)
 	if len(peers) == 0 {
 		return
 	}
-	seen, alive := e.watchBeats(ctx, peers, peerBeatWindow*e.cfg.HeartbeatInterval)
-	e.reapPeers(ctx, seen, func(id string) bool { return alive[id] }, 0)
+	seen, alive := r.watchBeats(ctx, peers, peerBeatWindow*r.interval)
+	r.reap(ctx, seen, func(id string) bool { return alive[id] }, 0)
+}
+
+// list returns the other executors of the deployment with sandboxes
+// here; none if they cannot be listed (a warning).
+func (r *peerReaper) list(ctx context.Context) []string {
+	peers, err := r.sandboxes.Peers(ctx)
+	if err != nil {
+		r.log.Warn("list the sandboxes of other executors", "err", err)
+	}
+	return peers
 }
 
 // watchBeats returns which of peers beat within window (at once for those
 // that do, at its end for the rest), and their heartbeats' expiry when it
 // began.
-func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.Duration) (first map[string]int64, alive map[string]bool) {
+func (r *peerReaper) watchBeats(ctx context.Context, peers []string, window time.Duration) (first map[string]int64, alive map[string]bool) {
 	alive = map[string]bool{}
-	first, err := e.store.Beats(ctx, peers...)
+	first, err := r.store.Beats(ctx, peers...)
 	if err != nil {
-		e.log.Warn("read the heartbeats of other executors; taking them for alive", "err", err)
+		r.log.Warn("read the heartbeats of other executors; taking them for alive", "err", err)
 		for _, p := range peers {
 			alive[p] = true
 		}
 		return first, alive
 	}
-	tick := e.cfg.Clock.NewTicker(e.cfg.HeartbeatInterval / 4)
+	tick := r.clock.NewTicker(r.interval / 4)
 	defer tick.Stop()
-	end := e.cfg.Clock.After(window)
+	end := r.clock.After(window)
 	for len(alive) < len(peers) {
 		select {
 		case <-ctx.Done():
@@ -106,7 +162,7 @@ func (e *Executor) watchBeats(ctx context.Context, peers []string, window time.D
 			return first, alive
 		case <-tick.Chan():
 		}
-		now, err := e.store.Beats(ctx, peers...)
+		now, err := r.store.Beats(ctx, peers...)
 		if err != nil {
 			continue
 		}

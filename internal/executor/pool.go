@@ -2,9 +2,16 @@ package executor
 
 import (
 	"context"
+	"log/slog"
+	"runtime"
+	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
 // MaxPool bounds the sandboxes of one language that wait in the pool,
@@ -16,51 +23,103 @@ const MaxPool = 16
 // start is tried again).
 const poolRetry = 5 * time.Second
 
+// poolStarts bounds the pool's sandboxes starting at once, all languages
+// together: one after another a burst outruns the refill, and more than
+// the machine has cores only share its CPU (a start is mostly the
+// runtime's and the interpreter's CPU time) with the runs under way.
+var poolStarts = min(max(runtime.NumCPU(), 2), 8)
+
 // poolFiller keeps sandboxes of each language started, waiting for new
 // conversations — as many as the manager's PoolTarget says: the
-// configured Pool, more while new conversations come faster than recycled
-// sandboxes — at start, after each adoption (Executor.poolWake), and
-// every poolRetry.
+// configured Pool, more while new conversations come faster — at start,
+// whenever a new conversation asks for one (wants), as each start ends,
+// and every poolRetry. A refill starts with the first sandbox taken, not
+// once the pool is empty, and several start at once (poolStarts); those
+// starting count towards the target.
 type poolFiller struct {
 	lifecycle.Base
-	e *Executor
+	sandboxes poolSandboxes
+	slots     slotWorkspace
+	runners   []runbox.Runner
+	pool      sandbox.WarmLimits
+	executor  string          // names the slots
+	wants     <-chan struct{} // a new conversation asked for a sandbox
+	clock     clockwork.Clock
+	log       *slog.Logger
 }
 
 func (p *poolFiller) Start(ctx context.Context) error {
 	return p.Base.Run(ctx, p.loop)
 }
 
+// started is the end of one of the pool's starts.
+type started struct {
+	language string
+	err      error
+}
+
 func (p *poolFiller) loop(ctx context.Context) {
-	e := p.e
-	t := e.cfg.Clock.NewTicker(poolRetry)
+	t := p.clock.NewTicker(poolRetry)
 	defer t.Stop()
+	var (
+		wg       sync.WaitGroup
+		ended    = make(chan started, poolStarts)
+		starting = map[string]int{}  // by language
+		failed   = map[string]bool{} // a start failed: none until the next retry
+	)
+	defer wg.Wait()
 	for {
-		for _, r := range e.runners {
-			for e.sandboxes.Pooled(r.Language) < e.sandboxes.PoolTarget(r.Language, e.cfg.Pool.For(r.Language), MaxPool) && ctx.Err() == nil {
-				if err := p.prestart(ctx, r.Language); err != nil {
-					e.log.Warn("start a sandbox for the pool", "language", r.Language, "err", err)
-					break
-				}
+		for _, r := range p.runners {
+			lang := r.Language
+			if failed[lang] {
+				continue
+			}
+			n := startsWanted(p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang),
+				starting[lang], total(starting))
+			for range n {
+				starting[lang]++
+				wg.Go(func() { ended <- started{lang, p.prestart(ctx, lang)} })
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.poolWake:
+		case s := <-ended:
+			starting[s.language]--
+			if s.err != nil && ctx.Err() == nil {
+				p.log.Warn("start a sandbox for the pool", "language", s.language, "err", s.err)
+				failed[s.language] = true
+			}
+		case <-p.wants:
 		case <-t.Chan():
+			clear(failed)
 		}
 	}
 }
 
+// startsWanted is how many more sandboxes of a language to start now: what
+// the target lacks beside those waiting and starting, within the starts
+// allowed at once (all languages' starting counted).
+func startsWanted(target, pooled, starting, allStarting int) int {
+	return max(0, min(target-pooled-starting, poolStarts-allStarting))
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 func (p *poolFiller) prestart(ctx context.Context, language string) error {
-	e := p.e
-	slot, err := e.folders.NewSlot(NewSlotName(e.cfg.ID))
+	slot, err := p.slots.NewSlot(NewSlotName(p.executor))
 	if err != nil {
 		return err
 	}
-	if err := e.sandboxes.Prestart(ctx, language, slot); err != nil {
-		if rerr := e.folders.RemoveSlot(slot); rerr != nil {
-			e.log.Warn("remove slot", "err", rerr)
+	if err := p.sandboxes.Prestart(ctx, language, slot); err != nil {
+		if rerr := p.slots.RemoveSlot(slot); rerr != nil {
+			p.log.Warn("remove slot", "err", rerr)
 		}
 		return err
 	}

@@ -55,40 +55,81 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 // in a goroutine of e.runs, and sl is given back). ctx bounds the run
 // until it detaches (asynq's deadline and shutdown).
 func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
-	spec, err := e.store.Spec(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		e.log.Warn("task for a run that does not exist", "run", id)
+	c, err := e.claim(ctx, id)
+	if c == nil {
+		return err
+	}
+	defer c.unlink()
+	spec, log := c.spec, c.log
+	log.Debug("run started")
+	var onStart func()
+	if spec.Parallel || spec.Detach {
+		onStart = func() { e.detach(c.ctx, id, spec.ConversationID, c.active, sl, log) }
+	}
+	finished := make(chan error, 1)
+	e.runs.Go(func() {
+		defer c.end()
+		finished <- e.finish(id, c, e.watched(c, id, spec, log, onStart), log)
+	})
+	select {
+	case err := <-finished:
+		return err
+	case <-c.active.detached:
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("read run: %w", err)
-	}
-	log := e.log.With("run", id, "conversation", spec.ConversationID, "language", spec.Language)
+}
 
+// claimed is a run this executor claimed and registered as active.
+type claimed struct {
+	// spec is what to run, from the claim's reply; log names the run.
+	spec runbox.Spec
+	log  *slog.Logger
+	// at is when it was claimed: when the claim recorded this executor as
+	// its conversation's owner.
+	at time.Time
+	// ctx is the run's: cancelled with a cause when the run is to end.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	active *activeRun
+	// end unregisters the run once it is over; unlink stops tying it to
+	// the task's context (it detached, or it is over).
+	end, unlink func()
+}
+
+// claim registers run id as active and claims it, learning what it is
+// to run from the claim's reply: nil (and the error, if any) when it is
+// not to run here — the executor stops, it runs already, its
+// conversation runs elsewhere (it is handed over), or it is not queued
+// any more.
+func (e *Executor) claim(ctx context.Context, id string) (*claimed, error) {
 	// The run is registered as active before it is claimed, so that a
 	// shutdown waits for it or ends it.
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &activeRun{conv: spec.ConversationID, cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
+	a := &activeRun{cancel: cancel, ended: make(chan struct{}), detached: make(chan struct{})}
 	e.mu.Lock()
 	if e.stopping {
 		// Shutting down: another executor takes it (the sweep enqueues
 		// it again, for any executor).
 		e.mu.Unlock()
 		cancel(nil)
-		log.Info("the executor is stopping: leaving the run to another")
-		return nil
+		e.log.Info("the executor is stopping: leaving the run to another", "run", id)
+		return nil, nil
 	}
-	if _, dup := e.active[id]; dup {
-		// Announced and handed out by asynq at once: one of them runs it.
+	if _, dup := e.active[id]; dup || e.ended.has(id) {
+		// Announced and handed out by asynq at once, or after it ended
+		// here: one of them runs it.
 		e.mu.Unlock()
 		cancel(nil)
-		return nil
+		return nil, nil
 	}
 	e.active[id] = a
 	e.mu.Unlock()
 	end := func() {
 		e.mu.Lock()
 		delete(e.active, id)
+		if a.claimed {
+			e.ended.add(id)
+		}
 		if a.isDetached {
 			e.detached--
 		}
@@ -99,62 +140,59 @@ func (e *Executor) process(ctx context.Context, id string, sl *slot) error {
 	// asynq cancels ctx when it gives up on the task (its deadline, or its
 	// own shutdown timeout): the run ends then too — until it detaches.
 	unlink := context.AfterFunc(ctx, func() { cancel(ErrShutdown) })
-	defer unlink()
 
-	c, err := e.store.ClaimFor(runCtx, id, spec.ConversationID, e.cfg.ID, e.cfg.Lease, e.cfg.OwnerTTL)
+	at := e.cfg.Clock.Now()
+	c, err := e.store.ClaimFor(runCtx, id, e.cfg.ID, e.cfg.Lease, e.cfg.OwnerTTL)
+	log := e.log.With("run", id, "conversation", c.Spec.ConversationID, "language", c.Spec.Language)
+	if err == nil && c.OK {
+		e.mu.Lock()
+		a.claimed, a.conv = true, c.Spec.ConversationID
+		e.mu.Unlock()
+		return &claimed{spec: c.Spec, log: log, at: at, ctx: runCtx, cancel: cancel, active: a, end: end,
+			unlink: func() { unlink() }}, nil
+	}
+	defer unlink()
+	end()
 	switch {
 	case err != nil:
-		end()
-		return fmt.Errorf("claim run: %w", err)
+		return nil, fmt.Errorf("claim run: %w", err)
 	case c.Elsewhere != "":
 		// The conversation's other runs live on that executor, with its
 		// folder: the run goes there.
-		end()
 		log.Debug("the conversation runs elsewhere; handing the run over", "to", c.Elsewhere)
-		if err := e.sched.EnqueueFor(context.WithoutCancel(ctx), id, c.Elsewhere); err != nil {
-			return fmt.Errorf("hand the run over to %s: %w", c.Elsewhere, err)
+		if err := e.sched.EnqueueFor(context.WithoutCancel(ctx), id, c.Spec, c.Elsewhere); err != nil {
+			return nil, fmt.Errorf("hand the run over to %s: %w", c.Elsewhere, err)
 		}
-		return nil
-	case !c.OK:
+		return nil, nil
+	case c.Status == "":
+		e.log.Warn("task for a run that does not exist", "run", id)
+		return nil, nil
+	default:
 		// Cancelled before it started, or it already ran (asynq hands an
 		// interrupted task out again): never run user code twice.
-		end()
-		log.Info("run is not queued any more; skipping")
-		return nil
+		log.Info("run is not queued any more; skipping", "status", c.Status)
+		return nil, nil
 	}
-	e.mu.Lock()
-	a.claimed = true
-	e.mu.Unlock()
-	log.Debug("run started")
-	var onStart func()
-	if spec.Parallel || spec.Detach {
-		onStart = func() { e.detach(runCtx, id, spec.ConversationID, a, sl, log) }
+}
+
+// watched runs a claimed run with its watches — the quota, and a
+// background run's idleness — and returns what it produced.
+func (e *Executor) watched(c *claimed, id string, spec runbox.Spec, log *slog.Logger, onStart func()) runState {
+	stopWatch := e.watchQuota(c.ctx, spec.ConversationID, c.cancel)
+	stopIdle := func() {}
+	if spec.Background {
+		bg := e.backgrounds.add(id, spec.ConversationID, e.cfg.Clock.Now())
+		defer e.backgrounds.remove(id)
+		stopIdle = e.watchIdle(c.ctx, bg, c.cancel)
 	}
-	finished := make(chan error, 1)
-	e.runs.Go(func() {
-		defer end()
-		stopWatch := e.watchQuota(runCtx, spec.ConversationID, cancel)
-		stopIdle := func() {}
-		if spec.Background {
-			bg := e.backgrounds.add(id, spec.ConversationID, e.cfg.Clock.Now())
-			defer e.backgrounds.remove(id)
-			stopIdle = e.watchIdle(runCtx, bg, cancel)
-		}
-		res := e.run(runCtx, id, spec, log, onStart)
-		stopIdle()
-		if stopWatch() && res.failure == nil && (res.status == runbox.StatusSucceeded || res.status == runbox.StatusFailed) {
-			log.Warn("run ended past the quota")
-			res.atQuota(e.folders.Quota(), false, time.Now())
-		}
-		e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
-		finished <- e.finish(id, spec.ConversationID, res, log)
-	})
-	select {
-	case err := <-finished:
-		return err
-	case <-a.detached:
-		return nil
+	res := e.run(c.ctx, id, spec, log, onStart)
+	stopIdle()
+	if stopWatch() && res.failure == nil && (res.status == runbox.StatusSucceeded || res.status == runbox.StatusFailed) {
+		log.Warn("run ended past the quota")
+		res.atQuota(e.folders.Quota(), false, time.Now())
 	}
+	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
+	return res
 }
 
 // detach lets a run whose program has started go on without its slot
@@ -190,6 +228,16 @@ type runState struct {
 	failure error // a service error, logged
 }
 
+// fail makes st the result of a run the service failed (err, logged) and
+// whose client is told msg.
+func (st runState) fail(err error, msg string, now time.Time) runState {
+	st.failure = err
+	st.status = runbox.StatusError
+	st.result.Error = msg
+	st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
+	return st
+}
+
 // atQuota makes st the result of a run whose files went past the quota:
 // stopped there, or found at it once it had ended (watchQuota).
 func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
@@ -203,65 +251,90 @@ func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
 	st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
 }
 
-// run runs a claimed run to its end; onStart, if set, is called once its
-// program has started.
+// run runs a claimed run to its end, stage by stage: its network
+// (egress), its conversation's folder (workspace), its packages, its
+// program (sandbox), what the program left (collect) and, from what
+// happened, its status and final events (outcome). onStart, if set, is
+// called once its program has started.
 func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *slog.Logger, onStart func()) (st runState) {
 	st = runState{result: runbox.Result{RunID: id, ConversationID: spec.ConversationID, ExitCode: -1,
 		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}}
-	fail := func(err error, msg string) runState {
-		st.failure = err
-		st.status = runbox.StatusError
-		st.result.Error = msg
-		st.events = append(st.events, runbox.Event{TS: time.Now(), Type: runbox.EventError, Message: msg})
-		return st
+	if spec.Pause {
+		return e.pause(spec, st)
 	}
 	network, err := e.openEgress(ctx, id, spec, log)
 	if err != nil {
-		return fail(err, "the run's network could not be set up")
+		return st.fail(err, "the run's network could not be set up", time.Now())
 	}
 	if network != nil {
 		// Whatever the ending, its connections end with it and are listed.
 		defer func() { st.result.Egress = network.Close() }()
 	}
-
 	dir, before, release, err := e.prepare(ctx, id, spec)
 	if pe, ok := errors.AsType[*prepareError](err); ok {
-		return fail(pe.err, pe.msg)
+		return st.fail(pe.err, pe.msg, time.Now())
 	}
 	defer release()
-
 	out := newOutput(e.cfg.MaxOutput, func(evs ...runbox.Event) {
 		if err := e.store.Append(context.WithoutCancel(ctx), id, evs...); err != nil {
 			log.Warn("publish output", "err", err)
 		}
 	})
-	var (
-		oc     sandbox.Outcome
-		runErr error
-	)
-	if len(spec.Packages) > 0 {
-		ioc, msg, err := e.install(ctx, id, spec, dir)
-		if msg != "" {
-			return fail(err, msg)
-		}
-		oc = ioc
-		installed, err := packages.Installed(dir, spec.Language)
-		if err != nil {
-			log.Warn("list the installed packages", "err", err)
-		}
-		st.result.Packages = installed
-		if network != nil {
-			// The program reaches only what it asked for.
-			grant, _ := egress.ParsePatterns(spec.Domains())
-			network.Allow(grant)
-		}
+	oc, msg, err := e.packages(ctx, id, spec, dir, network, &st, log)
+	if msg != "" {
+		return st.fail(err, msg, time.Now())
 	}
+	var runErr error
+	if !oc.Cancelled { // a cancelled install is the run's end
+		oc, runErr = e.sandboxes.Run(ctx, e.request(ctx, id, spec, dir, onStart), e.writer(id, out))
+	}
+	release()
+	if msg, err := e.collect(ctx, spec, before, out, oc, &st, log); msg != "" {
+		return st.fail(err, msg, time.Now())
+	}
+	cause := context.Cause(ctx)
+	if oc.Cancelled && errors.Is(cause, errQuota) {
+		log.Warn("run stopped at the quota")
+	}
+	return outcome(st, ending{outcome: oc, err: runErr, cause: cause, timeout: spec.TimeoutSeconds,
+		quota: e.folders.Quota(), idle: e.idleMessage(), now: time.Now()})
+}
+
+// packages installs the run's packages, if it asks for any, and then
+// narrows its network to what its program asked for. It returns how the
+// installer ended and, if the install failed, the run's error.
+func (e *Executor) packages(ctx context.Context, id string, spec runbox.Spec, dir string, network *egress.Run,
+	st *runState, log *slog.Logger) (sandbox.Outcome, string, error) {
+	if len(spec.Packages) == 0 {
+		return sandbox.Outcome{}, "", nil
+	}
+	oc, msg, err := e.install(ctx, id, spec, dir)
+	if msg != "" {
+		return oc, msg, err
+	}
+	installed, err := packages.Installed(dir, spec.Language)
+	if err != nil {
+		log.Warn("list the installed packages", "err", err)
+	}
+	st.result.Packages = installed
+	if network != nil {
+		// The program reaches only what it asked for, with its secrets.
+		grant, secrets, _ := e.programGrant(spec) // as openEgress did
+		network.Allow(grant)
+		network.UseSecrets(secrets)
+	}
+	return oc, "", nil
+}
+
+// request is what the sandbox is asked to run.
+func (e *Executor) request(ctx context.Context, id string, spec runbox.Spec, dir string, onStart func()) sandbox.Request {
 	req := sandbox.Request{
 		RunID:          id,
 		ConversationID: spec.ConversationID,
 		Language:       spec.Language,
 		Code:           spec.Code,
 		Env:            e.programEnv(spec),
+		Trust:          e.programTrust(spec),
 		Timeout:        spec.Timeout(),
 		DataDir:        dir,
 		KeepState:      spec.KeepState,
@@ -275,14 +348,24 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	case spec.Stdin != "":
 		req.Stdin = strings.NewReader(spec.Stdin)
 	}
-	write := out.write
+	return req
+}
+
+// writer is where the program's output goes: the run's events, and a
+// background run's tail.
+func (e *Executor) writer(id string, out *output) sandbox.Output {
 	if bg := e.backgrounds.get(id); bg != nil {
-		write = func(s sandbox.Stream, p []byte) { out.write(s, p); bg.write(s, p, e.cfg.Clock.Now()) }
+		return func(s sandbox.Stream, p []byte) { out.write(s, p); bg.write(s, p, e.cfg.Clock.Now()) }
 	}
-	if !oc.Cancelled { // a cancelled install is the run's end
-		oc, runErr = e.sandboxes.Run(ctx, req, write)
-	}
-	release()
+	return out.write
+}
+
+// collect puts what the program left in the run's result: its output,
+// the conversation's files and those it changed (saved to the file store
+// first, with a remote one), and whether a kept interpreter's state
+// survived. It returns the run's error if the files cannot be had.
+func (e *Executor) collect(ctx context.Context, spec runbox.Spec, before []files.Entry, out *output, oc sandbox.Outcome,
+	st *runState, log *slog.Logger) (string, error) {
 	out.flush()
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
@@ -290,7 +373,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 	st.result.DurationMS = oc.Duration.Milliseconds()
 	after, err := e.folders.List(spec.ConversationID)
 	if err != nil {
-		return fail(err, "could not read the conversation's files")
+		return "could not read the conversation's files", err
 	}
 	st.result.Files = e.infos(spec.ConversationID, after)
 	st.result.Artifacts = e.infos(spec.ConversationID, files.Changed(before, after))
@@ -301,7 +384,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after)
 		unlock()
 		if err != nil {
-			return fail(err, "could not save the conversation's files to the file store")
+			return "could not save the conversation's files to the file store", err
 		}
 	}
 	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
@@ -310,53 +393,9 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 			log.Warn("record kept state", "err", err)
 		}
 		st.result.StateLost = lost
+		st.result.StateRestored, st.result.LostVariables = oc.StateRestored, oc.LostVariables
 	}
-
-	now := time.Now()
-	if runErr != nil && ctx.Err() != nil {
-		// Cancelled while its sandbox was starting.
-		oc.Cancelled, runErr = true, nil
-	}
-	switch {
-	case runErr != nil:
-		return fail(runErr, "the sandbox failed while running the program")
-	case oc.Cancelled:
-		cause := context.Cause(ctx)
-		if errors.Is(cause, errQuota) {
-			log.Warn("run stopped at the quota")
-			st.atQuota(e.folders.Quota(), true, now)
-			return st
-		}
-		if errors.Is(cause, errIdle) {
-			st.status = runbox.StatusTimedOut
-			st.result.TimedOut = true
-			st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventTimeout, Message: e.idleMessage()})
-			return st
-		}
-		if !errors.Is(cause, context.Canceled) && cause != nil && !errors.Is(cause, errUserCancel) {
-			return fail(cause, cause.Error())
-		}
-		st.status = runbox.StatusCancelled
-		st.result.Cancelled = true
-		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventCancelled})
-	case oc.TimedOut:
-		st.status = runbox.StatusTimedOut
-		st.result.TimedOut = true
-		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventTimeout,
-			Message: fmt.Sprintf("the program ran longer than %ds and was killed", spec.TimeoutSeconds)})
-	default:
-		st.result.ExitCode = oc.ExitCode
-		st.result.OOMKilled = oc.OOMKilled
-		st.result.Phase = oc.Phase
-		st.result.Success = oc.ExitCode == 0 && !oc.OOMKilled
-		st.status = runbox.StatusFailed
-		if st.result.Success {
-			st.status = runbox.StatusSucceeded
-		}
-		code, ms := oc.ExitCode, oc.Duration.Milliseconds()
-		st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventExit, ExitCode: &code, DurationMS: &ms})
-	}
-	return st
+	return "", nil
 }
 
 // rules are a run's filesystem rules as the agent takes them.
@@ -395,9 +434,9 @@ func (e *Executor) prepare(ctx context.Context, id string, spec runbox.Spec) (st
 	existed := e.folders.Exists(cid)
 	switch {
 	case !existed:
-		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
+		adopted = e.sandboxes.Adopt(ctx, cid, spec.Language, func(slot string) (string, error) { return e.folders.Adopt(slot, cid) })
 	case !e.sandboxes.HasSandbox(cid):
-		adopted = e.sandboxes.Adopt(cid, spec.Language, func(slot string) (string, error) {
+		adopted = e.sandboxes.Adopt(ctx, cid, spec.Language, func(slot string) (string, error) {
 			dir, err := e.folders.MoveInto(slot, cid)
 			if errors.Is(err, files.ErrSlotDirty) {
 				err = fmt.Errorf("%w: %w", sandbox.ErrSpoiled, err)
@@ -407,14 +446,8 @@ func (e *Executor) prepare(ctx context.Context, id string, spec runbox.Spec) (st
 	default:
 		asked = false
 	}
-	if asked { // taken or not, the pool may want another
-		if !adopted {
-			e.log.Debug("no pooled sandbox: starting one", "conversation", cid, "language", spec.Language)
-		}
-		select {
-		case e.poolWake <- struct{}{}:
-		default:
-		}
+	if asked && !adopted {
+		e.log.Debug("no pooled sandbox: starting one", "conversation", cid, "language", spec.Language)
 	}
 	dir, err := e.folders.Ensure(cid)
 	if err != nil {
@@ -513,18 +546,34 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 	}
 }
 
+// ownerRefresh is how long after its claim a run's end records its
+// executor as its conversation's owner again: the claim did for OwnerTTL,
+// and a shorter run would only move that expiry by less than this.
+func ownerRefresh(ttl time.Duration) time.Duration { return ttl / 100 }
+
 // finish records the result and the final events, and enqueues the
 // conversation's next run. It uses its own context: the run's may be
 // cancelled, and the result must still be written.
-func (e *Executor) finish(runID, cid string, st runState, log *slog.Logger) error {
+func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	cid := c.spec.ConversationID
 	if st.failure != nil {
 		log.Error("run failed", "err", st.failure)
 	}
-	// Before the next run is enqueued: it comes here, to the sandbox.
-	if err := e.store.SetOwner(ctx, cid, e.cfg.ID, e.cfg.OwnerTTL); err != nil {
-		log.Warn("record the conversation's executor", "err", err)
+	// Before the next run is enqueued: it comes here, to the sandbox. The
+	// claim recorded it; a long run's end records it again, so that it
+	// lasts as long as the idle sandbox — unless this executor stops: then
+	// it goes to another, which restores the kept interpreter saved now.
+	if e.isStopping() {
+		if _, err := e.sandboxes.Pause(cid); err != nil {
+			log.Warn("save the kept interpreter of a stopping executor", "err", err)
+		}
+	}
+	if e.cfg.Clock.Since(c.at) > ownerRefresh(e.cfg.OwnerTTL) {
+		if err := e.store.SetOwner(ctx, cid, e.cfg.ID, e.cfg.OwnerTTL); err != nil {
+			log.Warn("record the conversation's executor", "err", err)
+		}
 	}
 	a, err := e.store.Finish(ctx, runID, store.Ending{
 		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
@@ -547,13 +596,7 @@ func (e *Executor) finish(runID, cid string, st runState, log *slog.Logger) erro
 func (e *Executor) infos(cid string, entries []files.Entry) []runbox.FileInfo {
 	out := make([]runbox.FileInfo, len(entries))
 	for i, en := range entries {
-		out[i] = runbox.FileInfo{
-			Name:      en.Name,
-			Path:      "/data/" + en.Name,
-			SizeBytes: en.Size,
-			MimeType:  files.MimeType(en.Name),
-			URL:       e.signer.URL(cid, en.Name),
-		}
+		out[i] = e.signer.Info(cid, en)
 	}
 	return out
 }

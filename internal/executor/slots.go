@@ -32,11 +32,11 @@ func (s *slot) release() { s.once.Do(func() { <-s.ch }) }
 
 // activeRun is a run the executor has taken and not yet ended.
 type activeRun struct {
-	conv     string // its conversation
+	conv     string // its conversation, once claimed
 	cancel   context.CancelCauseFunc
 	ended    chan struct{} // closed when the run has ended
 	detached chan struct{} // closed when the run detached
-	// isDetached and claimed are guarded by the executor's mu. A run is
+	// conv, isDetached and claimed are guarded by the executor's mu. A run is
 	// active from before its claim, which makes its lease: until then the
 	// heartbeat must not take the missing lease for one another ended.
 	isDetached bool
@@ -73,4 +73,38 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// recentRuns are the ids of the last runs that ended here, at most
+// recentMax: asynq hands out the task of a run this executor took when it
+// was announced (wake.go), often after the run has ended, and its claim
+// would only find it ended in the store.
+type recentRuns struct {
+	ids  map[string]struct{}
+	ring []string // oldest first once full
+	next int
+}
+
+const recentMax = 1024
+
+func (r *recentRuns) add(id string) {
+	if r.ids == nil {
+		r.ids, r.ring = map[string]struct{}{}, make([]string, 0, recentMax)
+	}
+	if _, ok := r.ids[id]; ok {
+		return
+	}
+	if len(r.ring) < recentMax {
+		r.ring = append(r.ring, id)
+	} else {
+		delete(r.ids, r.ring[r.next])
+		r.ring[r.next] = id
+		r.next = (r.next + 1) % recentMax
+	}
+	r.ids[id] = struct{}{}
+}
+
+func (r *recentRuns) has(id string) bool {
+	_, ok := r.ids[id]
+	return ok
 }

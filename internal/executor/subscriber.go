@@ -4,9 +4,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // subscriber hands each message of a Redis channel to handle: the
@@ -14,7 +13,7 @@ import (
 type subscriber struct {
 	lifecycle.Base
 	name      string
-	subscribe func(context.Context) *redis.PubSub
+	subscribe func(context.Context) (*store.Subscription, error)
 	handle    func(payload string)
 	log       *slog.Logger
 }
@@ -22,25 +21,21 @@ type subscriber struct {
 // Start subscribes before it returns, so that no message published after
 // the start is missed.
 func (s *subscriber) Start(ctx context.Context) error {
-	sub := s.subscribe(ctx)
-	if _, err := sub.Receive(ctx); err != nil {
-		sub.Close()
+	sub, err := s.subscribe(ctx)
+	if err != nil {
 		return err
 	}
 	return s.Base.Run(ctx, func(ctx context.Context) {
 		defer sub.Close()
-		ch := sub.Channel()
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case msg, ok := <-ch:
-				if !ok {
-					s.log.Warn("subscription ended", "subscription", s.name)
-					return
+			msg, err := sub.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("subscription ended", "subscription", s.name, "err", err)
 				}
-				s.handle(msg.Payload)
+				return
 			}
+			s.handle(msg)
 		}
 	})
 }

@@ -2,7 +2,12 @@ package executor
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 )
@@ -18,7 +23,15 @@ const announceWait = time.Second
 // them, as for asynq's).
 type announcements struct {
 	lifecycle.Base
-	e *Executor
+	// await waits up to d for an announced run (store.AwaitWake).
+	await func(ctx context.Context, d time.Duration, mineFirst bool) (string, error)
+	// process runs an announced run, holding sl.
+	process func(ctx context.Context, id string, sl *slot) error
+	slots   chan struct{} // the executor's
+	runs    *sync.WaitGroup
+	count   prometheus.Counter
+	clock   clockwork.Clock
+	log     *slog.Logger
 }
 
 func (a *announcements) Start(ctx context.Context) error {
@@ -26,38 +39,37 @@ func (a *announcements) Start(ctx context.Context) error {
 }
 
 func (a *announcements) loop(ctx context.Context) {
-	e := a.e
 	for mine := true; ; mine = !mine {
 		// A slot first: an executor that is full leaves announced runs
 		// to others, or to asynq.
 		select {
-		case e.slots <- struct{}{}:
+		case a.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		id, err := e.store.AwaitWake(ctx, announceWait, e.cfg.ID, mine)
+		id, err := a.await(ctx, announceWait, mine)
 		if id == "" {
-			<-e.slots
+			<-a.slots
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				e.log.Warn("wait for announced runs", "err", err)
+				a.log.Warn("wait for announced runs", "err", err)
 				select {
 				case <-ctx.Done():
 					return
-				case <-e.cfg.Clock.After(announceWait):
+				case <-a.clock.After(announceWait):
 				}
 			}
 			continue
 		}
-		e.metrics.announced.Inc()
-		e.log.Debug("took an announced run", "run", id)
-		sl := &slot{ch: e.slots}
-		e.runs.Go(func() {
+		a.count.Inc()
+		a.log.Debug("took an announced run", "run", id)
+		sl := &slot{ch: a.slots}
+		a.runs.Go(func() {
 			defer sl.release()
-			if err := e.process(context.WithoutCancel(ctx), id, sl); err != nil {
-				e.log.Warn("run an announced run", "run", id, "err", err)
+			if err := a.process(context.WithoutCancel(ctx), id, sl); err != nil {
+				a.log.Warn("run an announced run", "run", id, "err", err)
 			}
 		})
 	}

@@ -7,6 +7,7 @@
 package files
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -162,7 +163,13 @@ func (f *Folders) Usage(cid string) (used, free int64, err error) {
 	if err := f.remount(cid); err != nil {
 		return 0, 0, err
 	}
-	return f.space.usage(f.Path(cid))
+	used, free, err = f.space.usage(f.Path(cid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// A saved interpreter state counts too (state.go).
+	state := f.stateSize(cid)
+	return used + state, max(0, free-state), nil
 }
 
 // Remove deletes a conversation's files.
@@ -178,7 +185,7 @@ func (f *Folders) Remove(cid string) error {
 	if err := os.RemoveAll(f.convDir(cid)); err != nil {
 		return fmt.Errorf("remove conversation folder: %w", err)
 	}
-	return nil
+	return f.RemoveState(context.Background(), cid)
 }
 
 // Release unmounts a conversation's files, if they are mounted, when idle
@@ -198,7 +205,7 @@ func (f *Folders) RemoveIdle(cid string, idle func(lastUse time.Time) bool) (boo
 		if err := os.RemoveAll(f.convDir(cid)); err != nil {
 			return fmt.Errorf("remove conversation folder: %w", err)
 		}
-		return nil
+		return f.RemoveState(context.Background(), cid)
 	})
 }
 

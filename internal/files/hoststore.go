@@ -43,3 +43,12 @@ func (h HostStore) Remove(_ context.Context, conv string) error { return h.f.Rem
 func (h HostStore) ClientUsage(_ context.Context, client string) (int64, error) {
 	return h.f.ClientUsage(client)
 }
+
+func (h HostStore) Usage(_ context.Context, conv string) (int64, error) {
+	used, _, err := h.f.Usage(conv)
+	return used, err
+}
+
+func (h HostStore) Fork(ctx context.Context, src, dst string) (runbox.Forked, error) {
+	return h.f.Fork(ctx, src, dst)
+}

@@ -53,6 +53,18 @@ func (s *Signer) URL(key, name string) string {
 		exp, hex.EncodeToString(s.mac(key, name, exp)))
 }
 
+// Info describes a file of the conversation key as clients see it: where
+// programs find it, and a fresh download URL.
+func (s *Signer) Info(key string, e Entry) runbox.FileInfo {
+	return runbox.FileInfo{
+		Name:      e.Name,
+		Path:      "/data/" + e.Name,
+		SizeBytes: e.Size,
+		MimeType:  MimeType(e.Name),
+		URL:       s.URL(key, e.Name),
+	}
+}
+
 // ParseURLPath splits the escaped path of a download URL after /files/
 // into the conversation's key and the file's name.
 func ParseURLPath(escaped string) (key, name string, ok bool) {

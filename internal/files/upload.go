@@ -63,6 +63,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	if err != nil {
 		return Entry{}, fmt.Errorf("measure conversation folder: %w", err)
 	}
+	free = max(0, free-f.stateSize(cid)) // a saved interpreter state counts too
 	if existing != nil {
 		free += existing.Size()
 	}

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,21 +18,15 @@ import (
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/gitexport/rules"
+	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/runs"
 )
 
-// FileInput is a file sent inline.
-type FileInput struct {
-	Path     string `json:"path" jsonschema:"where the file goes, relative to the repository's root (letters, digits, '.', '_', '/', '-')"`
-	Content  string `json:"content" jsonschema:"the file's content: text, or base64 with encoding base64"`
-	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (the default) or base64 (for binary files)"`
-}
-
 // CommitInput are commit_and_push_to_github's arguments.
 type CommitInput struct {
-	RepoID string      `json:"repo_id" jsonschema:"the repository, as the operator named it"`
-	Branch string      `json:"branch" jsonschema:"the branch to commit to, made from the base branch when new; it must match the repository's allowed patterns and cannot be the base branch"`
-	Files  []FileInput `json:"files,omitempty" jsonschema:"the files to commit (at most 10, each at most 500 KB); or conversationId and paths instead"`
+	RepoID string    `json:"repo_id" jsonschema:"the repository, as the operator named it"`
+	Branch string    `json:"branch" jsonschema:"the branch to commit to, made from the base branch when new; it must match the repository's allowed patterns and cannot be the base branch"`
+	Files  mcp.Files `json:"files,omitempty" jsonschema:"the files to commit, as a list [{path, content, encoding?}] or a record path → content (at most 10, each at most 500 KB; paths relative to the repository's root, of letters, digits, '.', '_', '/', '-'); or conversationId and paths instead"`
 	// runbox's addition: files of a conversation's /data.
 	ConversationID string   `json:"conversationId,omitempty" jsonschema:"commit files of this conversation's /data (with paths) instead of files"`
 	SessionID      string   `json:"session_id,omitempty" jsonschema:"another name for conversationId"`
@@ -76,7 +69,7 @@ func (s *Service) Commit(ctx context.Context, in CommitInput) (CommitOutput, err
 		return CommitOutput{}, err
 	}
 	conv := cmp.Or(in.ConversationID, in.SessionID)
-	fs, err := s.gather(ctx, in, conv)
+	fs, err := s.gather(ctx, r, in, conv)
 	if err != nil {
 		return CommitOutput{}, err
 	}
@@ -87,13 +80,18 @@ func (s *Service) Commit(ctx context.Context, in CommitInput) (CommitOutput, err
 		return CommitOutput{}, err
 	}
 
+	verify, err := s.mayPush(ctx, r, in.Branch, client)
+	if err != nil {
+		return CommitOutput{}, err
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	call, err := s.begin(ctx, client, r, in, conv, fs)
 	if err != nil {
 		return CommitOutput{}, err
 	}
-	out, err := s.push(ctx, r, in, client, conv, call, message, title, fs)
+	out, err := s.push(ctx, r, in, client, conv, call, message, title, fs, verify)
 	if call != nil {
 		call.End(ctx, errorCode(err), "")
 	}
@@ -104,22 +102,82 @@ func (s *Service) Commit(ctx context.Context, in CommitInput) (CommitOutput, err
 	return out, nil
 }
 
+// errNotOwner refuses a push to a branch the caller did not make. It
+// names no client, and reads the same whether another client made the
+// branch or someone outside runbox did.
+var errNotOwner = runbox.Errorf(runbox.EPermissionDenied,
+	"this branch was not made by this client (another client made it, or it was made outside runbox): commit to a branch of your own")
+
+// mayPush decides whether client may add to branch. A branch belongs to
+// the client that made it, as recorded when it was made (in lower case:
+// forges on case-insensitive file systems read Runbox/X as runbox/x): the
+// recorded client may push, any other is refused. A branch with no record
+// (made outside runbox, or before records were kept, or its record lost)
+// is checked on the forge as the push is made (verify): if it exists, its
+// tip must be a commit runbox made for client (Commit.Owner).
+func (s *Service) mayPush(ctx context.Context, r *repo, branch, client string) (verify bool, err error) {
+	owner, err := s.owners.BranchOwner(ctx, r.name, strings.ToLower(branch))
+	switch {
+	case err != nil:
+		return false, err
+	case owner == "":
+		return true, nil
+	case owner != client:
+		return false, errNotOwner
+	}
+	return false, nil
+}
+
+// trailerClient starts the trailers runbox writes after a commit's
+// message, naming the client the commit was made for.
+const trailerClient = "Runbox-Client: "
+
+// madeFor returns the client a commit runbox made names in its trailers,
+// or "". runbox writes them as the message's last paragraph, after the
+// client's own text, so no client can write that paragraph.
+func madeFor(message string) string {
+	message = strings.TrimRight(message, "\n")
+	i := strings.LastIndex(message, "\n\n")
+	if i < 0 {
+		return ""
+	}
+	first, _, _ := strings.Cut(message[i+2:], "\n")
+	client, ok := strings.CutPrefix(first, trailerClient)
+	if !ok {
+		return ""
+	}
+	return client
+}
+
 func (s *Service) push(ctx context.Context, r *repo, in CommitInput, client, conv string, call *audit.Call,
-	message, title string, fs []File) (CommitOutput, error) {
-	trailers := []string{"Runbox-Client: " + client}
+	message, title string, fs []File, verify bool) (CommitOutput, error) {
+	trailers := []string{trailerClient + client}
 	if conv != "" {
 		trailers = append(trailers, "Runbox-Conversation: "+conv)
 	}
 	if call != nil {
 		trailers = append(trailers, "Runbox-Audit-Call: "+call.ID())
 	}
-	sha, err := r.forge.Push(ctx, Commit{
+	c := Commit{
 		Branch: in.Branch, Base: r.cfg.BaseBranch, Files: fs,
 		Message: message + "\n\n" + strings.Join(trailers, "\n") + "\n",
 		Author:  s.author, Committer: s.committer, When: s.clock.Now(),
-	})
+	}
+	if verify {
+		c.Owner = client
+	}
+	sha, err := r.forge.Push(ctx, c)
 	if err != nil {
 		return CommitOutput{}, err
+	}
+	if verify {
+		// The branch is the caller's now, whatever else its tip says
+		// later. Should the record fail, the tip's trailer still says
+		// it.
+		owner, err := s.owners.SetBranchOwner(ctx, r.name, strings.ToLower(in.Branch), client)
+		if err != nil || owner != client {
+			s.log.Warn("the branch's maker was not recorded", "repo", r.cfg.ID, "branch", in.Branch, "err", err)
+		}
 	}
 	out := CommitOutput{Success: true, CommitSHA: sha, RepoID: r.cfg.ID, Branch: in.Branch, Files: make([]CommittedFile, len(fs))}
 	for i, f := range fs {
@@ -241,7 +299,7 @@ func printable(s string, lines bool) bool {
 }
 
 // gather checks and loads the files: inline ones, or the conversation's.
-func (s *Service) gather(ctx context.Context, in CommitInput, conv string) ([]File, error) {
+func (s *Service) gather(ctx context.Context, r *repo, in CommitInput, conv string) ([]File, error) {
 	inline, fromConv := len(in.Files) > 0, conv != "" || len(in.Paths) > 0
 	switch {
 	case inline && fromConv:
@@ -254,9 +312,9 @@ func (s *Service) gather(ctx context.Context, in CommitInput, conv string) ([]Fi
 	var fs []File
 	var err error
 	if inline {
-		fs, err = inlineFiles(in.Files)
+		fs, err = inlineFiles(r, in.Files)
 	} else {
-		fs, err = s.conversationFiles(ctx, conv, in.Paths, in.TargetDir)
+		fs, err = s.conversationFiles(ctx, r, conv, in.Paths, in.TargetDir)
 	}
 	if err != nil {
 		return nil, err
@@ -278,8 +336,18 @@ func (s *Service) gather(ctx context.Context, in CommitInput, conv string) ([]Fi
 	return fs, nil
 }
 
-func checkPath(p string) error {
-	if err := rules.Path(p); err != nil {
+// checkPath holds a path of the repository to the gateway's rules, the
+// built-in forbidden names and the repository's forbidden_paths: a path
+// that is malformed or climbs, or names one of the gateway's own four
+// (.env*, .git* …), is PATH_TRAVERSAL as the gateway's clients know it;
+// one that names the rest of what runbox does not commit (CI files,
+// forbidden_paths) is PERMISSION_DENIED.
+func checkPath(r *repo, p string) error {
+	err := rules.Path(p, r.cfg.ForbiddenPaths...)
+	if fe, ok := errors.AsType[*rules.ForbiddenError](err); ok && !fe.Gateway {
+		return runbox.Errorf(runbox.EPermissionDenied, "%s", err.Error())
+	}
+	if err != nil {
 		return runbox.Errorf(runbox.EPathTraversal, "%s", err.Error())
 	}
 	return nil
@@ -289,34 +357,15 @@ func tooLarge(p string, size int64) error {
 	return runbox.Errorf(runbox.EFileSizeExceeded, "%s is %d bytes; a file may be at most %d", p, size, MaxFileBytes)
 }
 
-func inlineFiles(in []FileInput) ([]File, error) {
+func inlineFiles(r *repo, in mcp.Files) ([]File, error) {
 	fs := make([]File, 0, len(in))
 	for _, f := range in {
-		if err := checkPath(f.Path); err != nil {
+		if err := checkPath(r, f.Path); err != nil {
 			return nil, err
 		}
-		var data []byte
-		switch strings.ToLower(f.Encoding) {
-		case "", "utf-8", "utf8", "text":
-			if len(f.Content) > MaxFileBytes {
-				return nil, tooLarge(f.Path, int64(len(f.Content)))
-			}
-			data = []byte(f.Content)
-		case "base64":
-			// Measured before decoding, so that an oversized file costs
-			// nothing.
-			if len(f.Content) > base64.StdEncoding.EncodedLen(MaxFileBytes)+4 {
-				return nil, tooLarge(f.Path, int64(base64.StdEncoding.DecodedLen(len(f.Content))))
-			}
-			var err error
-			if data, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return nil, runbox.Errorf(runbox.EInvalid, "the content of %s is not valid base64", f.Path)
-			}
-			if len(data) > MaxFileBytes {
-				return nil, tooLarge(f.Path, int64(len(data)))
-			}
-		default:
-			return nil, runbox.Errorf(runbox.EInvalid, "encoding must be utf-8 or base64")
+		data, err := f.Data(MaxFileBytes)
+		if err != nil {
+			return nil, err
 		}
 		fs = append(fs, File{Path: f.Path, Data: data})
 	}
@@ -326,13 +375,13 @@ func inlineFiles(in []FileInput) ([]File, error) {
 // conversationFiles reads files of the caller's conversation (never
 // another client's: the key is the caller's), each checked as a path of
 // the repository before it is read, and bounded as inline files are.
-func (s *Service) conversationFiles(ctx context.Context, conv string, names []string, targetDir string) ([]File, error) {
+func (s *Service) conversationFiles(ctx context.Context, r *repo, conv string, names []string, targetDir string) ([]File, error) {
 	key, err := runs.ConversationKey(ctx, conv)
 	if err != nil {
 		return nil, err
 	}
 	if targetDir = strings.Trim(targetDir, "/"); targetDir != "" {
-		if err := checkPath(targetDir); err != nil {
+		if err := checkPath(r, targetDir); err != nil {
 			return nil, err
 		}
 	}
@@ -347,7 +396,7 @@ func (s *Service) conversationFiles(ctx context.Context, conv string, names []st
 		if targetDir != "" {
 			p = targetDir + "/" + name
 		}
-		if err := checkPath(p); err != nil {
+		if err := checkPath(r, p); err != nil {
 			return nil, err
 		}
 		entries = append(entries, entry{name, p})

@@ -43,7 +43,7 @@ func (f *giteaForge) client(ctx context.Context) (*gitea.Client, error) {
 // be neither a site administrator's (the admin API answers it) nor able
 // to administer the repository (its permissions say admin): Gitea's
 // tokens cannot be limited to one repository, so the user they belong to
-// must be — a collaborator with write access (README).
+// must be — a collaborator with write access (docs/git.md).
 func (f *giteaForge) Check(ctx context.Context) (Access, error) {
 	c, err := f.client(ctx)
 	if err != nil {

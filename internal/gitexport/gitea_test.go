@@ -34,7 +34,7 @@ const (
 // forge is a real Gitea with the repositories the tests use: owner/reports
 // (alice's), owner/other (bob's) and owner/locked (alice's, with a token
 // that may only read), each reached as "bot", a collaborator with write
-// access, as README tells operators to set it up.
+// access, as docs/git.md tells operators to set it up.
 type forge struct {
 	*testenv.Gitea
 	botWrite, botRead string // tokens
@@ -705,5 +705,193 @@ func TestGiteaTokenChecks(t *testing.T) {
 		wantError(t, cs, "commit_and_push_to_github", "GITHUB_AUTH_FAILED", map[string]any{
 			"repo_id": "reports", "branch": "runbox/x", "commit_message": "m", "files": []map[string]any{{"path": "a", "content": "x"}},
 		})
+	})
+}
+
+const daveToken = "dave-token-0123456789"
+
+// TestGiteaHardening: against a real Gitea, through two api replicas on
+// one Redis. Nothing a forge, a CI service or a development environment
+// would act on when the branch is pushed is committed, whichever way it
+// arrives (a list, the gateway's record, a conversation's /data, a target
+// folder) and whatever its letter case or depth; nor what the operator
+// forbids for the repository. A branch is its maker's: another client
+// allowed on the repository cannot add to it, through either replica,
+// under another repo_id of the same repository, in another letter case,
+// racing for it, or after its record is lost; nor can anyone add to a
+// branch made outside runbox. The gateway's record form of files is taken.
+func TestGiteaHardening(t *testing.T) {
+	f := startForge(t)
+	f.CreateRepo("owner", "shared")
+	f.AddCollaborator("owner", "shared", "bot", "write")
+	redisURL := testenv.Redis(t)
+	shared := f.RepoURL("owner", "shared")
+	repos := testenv.WriteFile(t, "repos.yaml", fmt.Sprintf(`
+repos:
+  shared:
+    forge: forgejo
+    url: %s
+    token: %s
+    clients: [alice, dave]
+    forbidden_paths: [deploy, "/infra/*.tf"]
+  shared-again:
+    forge: gitea
+    url: %s
+    token: %s
+    clients: [dave]
+`, shared, f.botWrite, strings.TrimSuffix(shared, ".git"), f.botWrite))
+	env := map[string]string{"GIT_REPOS_FILE": repos, "REDIS_URL": redisURL,
+		"MCP_API_TOKENS": "alice:" + aliceToken + ",bob:" + bobToken + ",dave:" + daveToken}
+	one, err := startService(t, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := startService(t, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := testenv.Session(t, one.url+"/mcp", aliceToken, nil)
+	dave := testenv.Session(t, two.url+"/mcp", daveToken, nil)
+	commit := func(branch string, files any) map[string]any {
+		return map[string]any{"repo_id": "shared", "branch": branch, "commit_message": "m", "files": files}
+	}
+	workflow := func(path string) []map[string]any { return []map[string]any{{"path": path, "content": "on: push\n"}} }
+
+	t.Run("CI files and forbidden_paths are refused", func(t *testing.T) {
+		for _, p := range []string{
+			".forgejo/workflows/ci.yml", ".Forgejo/workflows/ci.yml", "app/.forgejo/workflows/ci.yml", ".FORGEJO./workflows/ci.yml",
+			".woodpecker.yml", ".woodpecker/deploy.yml", "sub/.drone.yml",
+			".circleci./config.yml", "JENKINSFILE", "ci/Jenkinsfile", ".travis.yml", "azure-pipelines.yml", "bitbucket-pipelines.yml",
+			".buildkite/pipeline.yml", ".devcontainer/devcontainer.json", "deploy/run.sh", "app/DEPLOY/x", "infra/main.tf",
+		} {
+			wantError(t, alice, "commit_and_push_to_github", "PERMISSION_DENIED", commit("runbox/ci", workflow(p)))
+			wantError(t, alice, "commit_and_push_to_github", "PERMISSION_DENIED", commit("runbox/ci", map[string]any{"ok.md": "x", p: "on: push\n"}))
+			wantError(t, alice, "read_github_file", "PERMISSION_DENIED", map[string]any{"repo_id": "shared", "file_path": p})
+		}
+		// The forges' folders are .git*, one of the gateway's own four:
+		// refused as they always were, with the code its clients know.
+		for _, p := range []string{".gitea/workflows/build.yaml", ".github/workflows/x.yml", "app/.GitHub./workflows/x.yml", ".gitlab-ci.yml"} {
+			wantError(t, alice, "commit_and_push_to_github", "PATH_TRAVERSAL", commit("runbox/ci", workflow(p)))
+			wantError(t, alice, "read_github_file", "PATH_TRAVERSAL", map[string]any{"repo_id": "shared", "file_path": p})
+		}
+		// From a conversation's /data: by the file's name, and by the
+		// folder it is put in.
+		for _, name := range []string{"Jenkinsfile", "ci.yml"} {
+			mustCall(t, alice, "upload_file", map[string]any{"conversationId": "ci", "filename": name,
+				"content_base64": base64.StdEncoding.EncodeToString([]byte("steps: [rm -rf /]\n"))})
+		}
+		for _, args := range []map[string]any{
+			{"paths": []string{"Jenkinsfile"}},
+			{"paths": []string{"/data/ci.yml"}, "target_dir": ".forgejo/workflows"},
+			{"paths": []string{"ci.yml"}, "target_dir": "app/.Woodpecker"},
+			{"paths": []string{"ci.yml"}, "target_dir": "deploy"},
+		} {
+			args["repo_id"], args["branch"], args["commit_message"], args["conversationId"] = "shared", "runbox/ci", "m", "ci"
+			wantError(t, alice, "commit_and_push_to_github", "PERMISSION_DENIED", args)
+		}
+		if f.branch(t, "shared", "runbox/ci") != "" {
+			t.Fatal("a refused commit made the branch")
+		}
+		// What only looks alike is committed.
+		out := mustCall(t, alice, "commit_and_push_to_github", commit("runbox/alike", []map[string]any{
+			{"path": "app/infra/main.tf", "content": "x"}, {"path": "docs/deploy.md", "content": "x"}, {"path": "docs/jenkins.md", "content": "x"},
+		}))
+		if len(out["files"].([]any)) != 3 {
+			t.Errorf("answer %v", out)
+		}
+	})
+
+	t.Run("the gateway's record form of files", func(t *testing.T) {
+		out := mustCall(t, alice, "commit_and_push_to_github", map[string]any{
+			"repo_id": "shared", "branch": "runbox/record", "commit_message": "From the gateway's client",
+			"files": map[string]any{"src/index.js": "console.log('hi')\n", "README.md": "# shared\n"},
+		})
+		files := out["files"].([]any)
+		if out["success"] != true || len(files) != 2 || files[0].(map[string]any)["path"] != "README.md" {
+			t.Fatalf("answer %v", out)
+		}
+		if got := string(f.raw(t, "shared", "runbox/record", "src/index.js")); got != "console.log('hi')\n" {
+			t.Errorf("src/index.js is %q", got)
+		}
+	})
+
+	t.Run("a branch is its maker's", func(t *testing.T) {
+		first := mustCall(t, alice, "commit_and_push_to_github", commit("runbox/alice-work", workflow("a.md")))["commit_sha"].(string)
+		refused := func(cs *mcpsdk.ClientSession, args map[string]any) {
+			t.Helper()
+			tip := f.branch(t, "shared", "runbox/alice-work")
+			out := wantError(t, cs, "commit_and_push_to_github", "PERMISSION_DENIED", args)
+			if msg := out["message"].(string); strings.Contains(msg, "alice") || strings.Contains(msg, "dave") {
+				t.Errorf("the message %q names a client", msg)
+			}
+			if now := f.branch(t, "shared", "runbox/alice-work"); now != tip {
+				t.Fatalf("the branch moved: %s -> %s", tip, now)
+			}
+		}
+		refused(dave, commit("runbox/alice-work", workflow("d.md")))
+		withPR := commit("runbox/alice-work", workflow("d.md"))
+		withPR["create_pr"] = true
+		refused(dave, withPR)
+		again := commit("runbox/alice-work", workflow("d.md"))
+		again["repo_id"] = "shared-again"
+		refused(dave, again)
+		refused(dave, commit("runbox/Alice-Work", workflow("d.md")))
+		// Its maker may always add to it, through either replica.
+		alice2 := testenv.Session(t, two.url+"/mcp", aliceToken, nil)
+		second := mustCall(t, alice2, "commit_and_push_to_github", commit("runbox/alice-work", workflow("b.md")))["commit_sha"].(string)
+		if c := f.commit(t, "shared", second); len(c.Parents) != 1 || c.Parents[0].SHA != first {
+			t.Errorf("parents %+v, want %s", c.Parents, first)
+		}
+
+		// The records lost (a Redis flushed): the tip's trailer still
+		// says whose the branch is, and the record comes back.
+		rdb := testenv.Client(t, redisURL)
+		ctx := context.Background()
+		keys := rdb.Keys(ctx, "runbox:git:*").Val()
+		if len(keys) == 0 {
+			t.Fatal("no branch records")
+		}
+		rdb.Del(ctx, keys...)
+		refused(dave, commit("runbox/alice-work", workflow("d.md")))
+		mustCall(t, alice, "commit_and_push_to_github", commit("runbox/alice-work", workflow("c.md")))
+		if n := len(rdb.Keys(ctx, "runbox:git:*:branch:runbox/alice-work").Val()); n != 1 {
+			t.Errorf("%d records of the branch after the push", n)
+		}
+
+		// A branch made outside runbox is nobody's to add to.
+		f.must(t, "POST", "/repos/owner/shared/branches", map[string]any{"new_branch_name": "runbox/human", "old_branch_name": "main"})
+		human := f.branch(t, "shared", "runbox/human")
+		for _, cs := range []*mcpsdk.ClientSession{alice, dave} {
+			wantError(t, cs, "commit_and_push_to_github", "PERMISSION_DENIED", commit("runbox/human", workflow("x.md")))
+		}
+		if f.branch(t, "shared", "runbox/human") != human {
+			t.Error("the branch made outside runbox moved")
+		}
+	})
+
+	t.Run("two clients racing for a new branch: one makes it", func(t *testing.T) {
+		for round := range 3 {
+			branch := fmt.Sprintf("runbox/race-%d", round)
+			var wg sync.WaitGroup
+			results := make([]bool, 2)
+			for i, cs := range []*mcpsdk.ClientSession{alice, dave} {
+				wg.Go(func() {
+					out, isErr := call(t, cs, "commit_and_push_to_github", commit(branch, workflow(fmt.Sprintf("%d.md", i))))
+					results[i] = !isErr
+					if isErr && out["error"] != "PERMISSION_DENIED" {
+						t.Errorf("%s: %v", branch, out)
+					}
+				})
+			}
+			wg.Wait()
+			if results[0] == results[1] {
+				t.Fatalf("%s: successes %v, want exactly one", branch, results)
+			}
+			winner := map[bool]string{true: "alice", false: "dave"}[results[0]]
+			c := f.commit(t, "shared", f.branch(t, "shared", branch))
+			if !strings.Contains(c.Commit.Message, "Runbox-Client: "+winner+"\n") {
+				t.Errorf("%s: the tip %q is not %s's", branch, c.Commit.Message, winner)
+			}
+		}
 	})
 }

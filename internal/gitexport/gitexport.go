@@ -7,8 +7,10 @@
 //
 // Repositories are the operator's (GIT_REPOS_FILE): each with one token
 // that never leaves the server, the clients that may use it, the branch
-// patterns they may push to, and a base branch nothing is pushed to
-// directly. Every token is checked at start, in /readyz and before a
+// patterns they may push to, the paths they may not write besides the
+// built-in ones (rules), and a base branch nothing is pushed to directly.
+// A branch belongs to the client that made it (Owners, and the commits'
+// trailers). Every token is checked at start, in /readyz and before a
 // commit for what it may do: push, and nothing broader where the forge
 // says.
 package gitexport
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -59,6 +62,7 @@ const (
 // Service commits to and reads from the configured repositories.
 type Service struct {
 	repos     map[string]*repo
+	owners    Owners
 	files     runbox.FileStore
 	audit     *audit.Recorder
 	author    config.Signature
@@ -72,6 +76,9 @@ type Service struct {
 type repo struct {
 	cfg   *config.GitRepo
 	forge Forge
+	// name is the repository as branch records name it: its address in
+	// lower case, so that two repo_ids of one repository share them.
+	name string
 
 	mu        sync.Mutex
 	checkedAt time.Time // of the last check with a definite answer
@@ -79,10 +86,22 @@ type repo struct {
 	err       error
 }
 
+// Owners record which client made each branch, for every api replica
+// (internal/store).
+type Owners interface {
+	// BranchOwner returns the client recorded for a branch, or "".
+	BranchOwner(ctx context.Context, repo, branch string) (string, error)
+	// SetBranchOwner records client for a branch unless one is recorded,
+	// and returns the one recorded.
+	SetBranchOwner(ctx context.Context, repo, branch, client string) (string, error)
+}
+
 // Options are what New needs.
 type Options struct {
-	Git   *config.Git
-	Files runbox.FileStore
+	Git *config.Git
+	// Owners keep branches to the clients that made them.
+	Owners Owners
+	Files  runbox.FileStore
 	// Audit records every push before it is made; nil only in tests of
 	// the forges.
 	Audit *audit.Recorder
@@ -101,8 +120,11 @@ func New(o Options) (*Service, error) {
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: sameHost}
 	}
+	if o.Owners == nil {
+		return nil, errors.New("gitexport: no record of branch owners")
+	}
 	s := &Service{
-		repos: map[string]*repo{}, files: o.Files, audit: o.Audit,
+		repos: map[string]*repo{}, owners: o.Owners, files: o.Files, audit: o.Audit,
 		author: o.Git.Author, committer: o.Git.Committer, clock: o.Clock, log: o.Log,
 	}
 	if s.clock == nil {
@@ -127,7 +149,12 @@ func New(o Options) (*Service, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.repos[id] = &repo{cfg: cfg, forge: f}
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("repository %s: %w", id, err)
+		}
+		name := strings.ToLower(u.Host + strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), ".git"))
+		s.repos[id] = &repo{cfg: cfg, forge: f, name: name}
 	}
 	return s, nil
 }

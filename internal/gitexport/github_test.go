@@ -19,6 +19,9 @@ import (
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/gitexport"
+	"github.com/runbox-dev/runbox/internal/mcp"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
 // fakeGitHub answers GitHub's REST API for one repository with the
@@ -162,13 +165,15 @@ func (f *fakeGitHub) last() recorded {
 // TestGitHub: the GitHub adapter. Its pushes go over git's HTTP protocol
 // to a real Gitea (what github.com speaks too); its REST calls go to
 // fakeGitHub, which answers as GitHub documents. Not verified against a
-// live GitHub (README says so).
+// live GitHub (docs/git.md says so).
 func TestGitHub(t *testing.T) {
 	forge := startForge(t)
 	gh := newFakeGitHub(t)
+	_, redisURL := testenv.Miniredis(t)
+	owners := store.New(store.NewConn(testenv.Client(t, redisURL)))
 	newService := func(token string) *gitexport.Service {
 		t.Helper()
-		svc, err := gitexport.New(gitexport.Options{Git: &config.Git{
+		svc, err := gitexport.New(gitexport.Options{Owners: owners, Git: &config.Git{
 			Author: config.DefaultSignature, Committer: config.DefaultSignature,
 			Repos: map[string]*config.GitRepo{"reports": {
 				ID: "reports", Forge: config.ForgeGitHub, URL: forge.RepoURL("owner", "reports"), Owner: "owner", Name: "reports",
@@ -208,7 +213,7 @@ func TestGitHub(t *testing.T) {
 		}
 		out, err := svc.Commit(ctx, gitexport.CommitInput{
 			RepoID: "reports", Branch: "runbox/gh-1", CommitMessage: "Add the figures\n\nFrom the analysis.", CreatePR: true,
-			Files: []gitexport.FileInput{{Path: "figures/a.csv", Content: "a,1\n"}, {Path: "figures/b.csv", Content: "b,2\n"}},
+			Files: mcp.Files{{Path: "figures/a.csv", Content: "a,1\n"}, {Path: "figures/b.csv", Content: "b,2\n"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -225,7 +230,7 @@ func TestGitHub(t *testing.T) {
 		// exists", and the open one is found.
 		again, err := svc.Commit(ctx, gitexport.CommitInput{
 			RepoID: "reports", Branch: "runbox/gh-1", CommitMessage: "More", CreatePR: true, PRTitle: "ignored, one is open",
-			Files: []gitexport.FileInput{{Path: "figures/c.csv", Content: "c,3\n"}},
+			Files: mcp.Files{{Path: "figures/c.csv", Content: "c,3\n"}},
 		})
 		if err != nil || again.PRURL != out.PRURL {
 			t.Fatalf("second commit: %+v %v", again, err)
@@ -271,7 +276,7 @@ func TestGitHub(t *testing.T) {
 		}
 		// Nor is it used by a call made anyway.
 		_, err = svc.Commit(ctx, gitexport.CommitInput{RepoID: "reports", Branch: "runbox/gh-2", CommitMessage: "m",
-			Files: []gitexport.FileInput{{Path: "x", Content: "x"}}})
+			Files: mcp.Files{{Path: "x", Content: "x"}}})
 		wantCode(t, err, runbox.EGitHubAuthFailed)
 		if forge.branch(t, "reports", "runbox/gh-2") != "" {
 			t.Error("a refused token pushed")
@@ -294,7 +299,7 @@ func TestGitHub(t *testing.T) {
 			t.Fatal(err) // not refused for breadth: only unusable for pushes
 		}
 		_, err := svc.Commit(ctx, gitexport.CommitInput{RepoID: "reports", Branch: "runbox/gh-3", CommitMessage: "m",
-			Files: []gitexport.FileInput{{Path: "x", Content: "x"}}})
+			Files: mcp.Files{{Path: "x", Content: "x"}}})
 		wantCode(t, err, runbox.EPermissionDenied)
 		if forge.branch(t, "reports", "runbox/gh-3") != "" {
 			t.Error("the branch was made")
@@ -306,7 +311,7 @@ func TestGitHub(t *testing.T) {
 		gh.set(func(f *fakeGitHub) { f.push = false })
 		defer gh.set(func(f *fakeGitHub) { f.push = true })
 		_, err = newService(forge.botWrite).Commit(ctx, gitexport.CommitInput{RepoID: "reports", Branch: "runbox/gh-3", CommitMessage: "m",
-			Files: []gitexport.FileInput{{Path: "x", Content: "x"}}})
+			Files: mcp.Files{{Path: "x", Content: "x"}}})
 		wantCode(t, err, runbox.EPermissionDenied)
 	})
 

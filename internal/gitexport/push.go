@@ -95,6 +95,12 @@ type Commit struct {
 	Message           string
 	Author, Committer config.Signature
 	When              time.Time
+	// Owner, when set, is the client Branch must belong to if it exists:
+	// its tip must be a commit runbox made for Owner (its trailers), or
+	// the push is refused (errNotOwner). The forge's ref update, made
+	// only from the tip that was checked, keeps that true until the push
+	// lands.
+	Owner string
 }
 
 // pushAttempts bounds how often a push is built again because its branch
@@ -128,6 +134,8 @@ func (g *gitRemote) push(ctx context.Context, c Commit) (string, error) {
 // errMoved reports a branch that moved between the fetch and the push.
 var errMoved = runbox.Errorf(runbox.EUnavailable, "the branch kept changing while the commit was made; try again")
 
+// pushOnce fetches the tip c goes onto, builds c on it and pushes it,
+// provided the branch has not moved meanwhile.
 func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 	sess, err := g.transport.NewReceivePackSession(g.session(), g.auth)
 	if err != nil {
@@ -159,35 +167,10 @@ func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 	defer os.RemoveAll(dir)
 	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
 	defer st.Close()
-	if err := g.fetchCommit(ctx, st, start); err != nil {
-		return "", err
-	}
-	parent, err := object.GetCommit(st, start)
-	if err != nil {
-		return "", fmt.Errorf("fetched commit: %w", err)
-	}
-
-	b := &builder{st: st}
-	changes := make(map[string][]byte, len(c.Files))
-	for _, f := range c.Files {
-		changes[f.Path] = f.Data
-	}
-	tree, err := b.tree(parent.TreeHash, changes, "")
+	b, sha, err := g.build(ctx, st, c, start, !old.IsZero())
 	if err != nil {
 		return "", err
 	}
-	commit := &object.Commit{
-		Author:       object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.When},
-		Committer:    object.Signature{Name: c.Committer.Name, Email: c.Committer.Email, When: c.When},
-		Message:      c.Message,
-		TreeHash:     tree,
-		ParentHashes: []plumbing.Hash{start},
-	}
-	sha, err := b.store(commit)
-	if err != nil {
-		return "", err
-	}
-
 	var pack bytes.Buffer
 	if _, err := packfile.NewEncoder(&pack, st, false).Encode(b.made, 0); err != nil {
 		return "", fmt.Errorf("encode the pack: %w", err)
@@ -195,20 +178,60 @@ func (g *gitRemote) pushOnce(ctx context.Context, c Commit) (string, error) {
 	req := packp.NewReferenceUpdateRequestFromCapabilities(adv.Capabilities)
 	req.Commands = []*packp.Command{{Name: branchRef, Old: old, New: sha}}
 	req.Packfile = io.NopCloser(&pack)
-	// The report comes with the error it holds: a ref update refused
-	// with a sound pack is a branch that moved (or was made) meanwhile
-	// ("stale info", "fetch first", "failed to update ref", as each
-	// server words it).
+	if err := receivePack(ctx, sess, req); err != nil {
+		return "", err
+	}
+	return sha.String(), nil
+}
+
+// build fetches start into st and makes c on it: the commit and the
+// trees it changes, in the builder. On a branch that exists (onBranch),
+// start is its tip, which must be a commit made for c.Owner.
+func (g *gitRemote) build(ctx context.Context, st *filesystem.Storage, c Commit, start plumbing.Hash, onBranch bool) (*builder, plumbing.Hash, error) {
+	if err := g.fetchCommit(ctx, st, start); err != nil {
+		return nil, plumbing.ZeroHash, err
+	}
+	parent, err := object.GetCommit(st, start)
+	if err != nil {
+		return nil, plumbing.ZeroHash, fmt.Errorf("fetched commit: %w", err)
+	}
+	if c.Owner != "" && onBranch && madeFor(parent.Message) != c.Owner {
+		return nil, plumbing.ZeroHash, errNotOwner
+	}
+	b := &builder{st: st}
+	changes := make(map[string][]byte, len(c.Files))
+	for _, f := range c.Files {
+		changes[f.Path] = f.Data
+	}
+	tree, err := b.tree(parent.TreeHash, changes, "")
+	if err != nil {
+		return nil, plumbing.ZeroHash, err
+	}
+	sha, err := b.store(&object.Commit{
+		Author:       object.Signature{Name: c.Author.Name, Email: c.Author.Email, When: c.When},
+		Committer:    object.Signature{Name: c.Committer.Name, Email: c.Committer.Email, When: c.When},
+		Message:      c.Message,
+		TreeHash:     tree,
+		ParentHashes: []plumbing.Hash{start},
+	})
+	return b, sha, err
+}
+
+// receivePack sends req. The report comes with the error it holds: a ref
+// update refused with a sound pack is a branch that moved (or was made)
+// meanwhile ("stale info", "fetch first", "failed to update ref", as each
+// server words it).
+func receivePack(ctx context.Context, sess transport.ReceivePackSession, req *packp.ReferenceUpdateRequest) error {
 	report, err := sess.ReceivePack(ctx, req)
 	switch {
 	case err == nil:
-		return sha.String(), nil
+		return nil
 	case report != nil && report.UnpackStatus == "ok":
-		return "", fmt.Errorf("%w (%v)", errMoved, err)
+		return fmt.Errorf("%w (%v)", errMoved, err)
 	case report != nil:
-		return "", &forgeError{op: "push", err: fmt.Errorf("the forge refused the pack: %w", err)}
+		return &forgeError{op: "push", err: fmt.Errorf("the forge refused the pack: %w", err)}
 	}
-	return "", gitError("push", err)
+	return gitError("push", err)
 }
 
 // fetchCommit fetches one commit and its tree (depth 1) into st.

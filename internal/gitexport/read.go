@@ -40,7 +40,7 @@ func (s *Service) Read(ctx context.Context, in ReadInput) (ReadOutput, error) {
 	if err := s.checkBranch(r, branch, false); err != nil {
 		return ReadOutput{}, err
 	}
-	if err := checkPath(in.FilePath); err != nil {
+	if err := checkPath(r, in.FilePath); err != nil {
 		return ReadOutput{}, err
 	}
 	// A token refused for what it may do is not used at all; one that

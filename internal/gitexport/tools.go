@@ -13,36 +13,31 @@ const (
 	ToolRead   = "read_github_file"
 )
 
-// gatewayCodes speak the gateway's dialect for runbox's own codes, which
-// the git tools' errors may carry too (a bad argument, a tier's limit, a
-// missing conversation file).
-var gatewayCodes = map[string]string{
-	runbox.EInvalid:       "INVALID_ARGUMENT",
-	runbox.EInvalidPath:   runbox.EPathTraversal,
-	runbox.ENotFound:      "NOT_FOUND",
-	runbox.ETooLarge:      runbox.EFileSizeExceeded,
-	runbox.ERateLimited:   runbox.ERateLimitExceeded,
-	runbox.EQuotaExceeded: runbox.EGatewayQuota,
-	runbox.EBusy:          "UNAVAILABLE",
-	runbox.EUnavailable:   "UNAVAILABLE",
-	runbox.EInternal:      "INTERNAL_ERROR",
-}
-
 // Register adds the git tools to the MCP server. Commits add to a branch's
 // history (nothing is lost, so not destructive) and are not idempotent; a
 // read is both read-only and idempotent; both reach the forge (open
 // world).
 func Register(s *mcp.Server, svc *Service) {
+	// The gateway's dialect, with its names for runbox's own codes, which
+	// the git tools' errors may carry too (a bad argument, a missing
+	// conversation file, a forge that does not answer).
+	gateway := mcp.Gateway(map[string]string{
+		runbox.EInvalid:     "INVALID_ARGUMENT",
+		runbox.ENotFound:    "NOT_FOUND",
+		runbox.EBusy:        "UNAVAILABLE",
+		runbox.EUnavailable: "UNAVAILABLE",
+		runbox.EInternal:    "INTERNAL_ERROR",
+	})
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: ToolCommit,
 		Description: "Commit files to a branch of a configured git repository (GitHub, Gitea, Forgejo) as one commit, and " +
 			"optionally open a pull request into its base branch. Send files inline (path and content; binary as base64), " +
 			"or conversationId and paths to commit files the conversation's programs wrote to /data. At most 10 files of " +
 			"500 KB each; the branch must match the repository's allowed patterns and cannot be its base branch.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[CommitOutput](), OpenWorld: true, Codes: gatewayCodes}, svc.Commit)
+	}, mcp.ToolSpec{OpenWorld: true, Dialect: gateway}, svc.Commit)
 	mcp.AddTool(s, &mcpsdk.Tool{
 		Name: ToolRead,
 		Description: "Read a file from a configured git repository: the base branch (default) or an allowed branch. " +
 			"Text comes as it is; anything else as base64 with binary: true. At most 1 MB.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[ReadOutput](), ReadOnly: true, Idempotent: true, OpenWorld: true, Codes: gatewayCodes}, svc.Read)
+	}, mcp.ToolSpec{ReadOnly: true, Idempotent: true, OpenWorld: true, Dialect: gateway}, svc.Read)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 const (
@@ -25,10 +24,19 @@ const (
 	TTL = 5 * time.Second
 )
 
+// Lease is the leader lease in the shared state (*store.Store).
+type Lease interface {
+	// Lead takes or renews the lease for holder, for ttl; it reports
+	// whether holder holds it.
+	Lead(ctx context.Context, holder string, ttl time.Duration) (bool, error)
+	// Resign gives the lease up if holder holds it.
+	Resign(ctx context.Context, holder string) error
+}
+
 // Elector holds or seeks the leader lease for its process.
 type Elector struct {
 	lifecycle.Base
-	store   *store.Store
+	store   Lease
 	clock   clockwork.Clock
 	log     *slog.Logger
 	holder  string
@@ -36,7 +44,7 @@ type Elector struct {
 }
 
 // NewElector returns an Elector; name says which process it is, in logs.
-func NewElector(st *store.Store, name string, clock clockwork.Clock, log *slog.Logger) *Elector {
+func NewElector(st Lease, name string, clock clockwork.Clock, log *slog.Logger) *Elector {
 	return &Elector{store: st, clock: clock, log: log.With("component", "leader"),
 		holder: name + "/" + rand.Text()[:8]}
 }

@@ -26,7 +26,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestOneLeader(t *testing.T) {
 	mr, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	st := store.New(store.NewConn(testenv.Client(t, url)))
 	clock := clockwork.NewFakeClock()
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()

@@ -97,7 +97,7 @@ func echo(t *testing.T) string {
 func setup(t *testing.T, b Backend) (*Remote, string, *Server) {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, url))
+	st := store.New(store.NewConn(testenv.Client(t, url)))
 	key := Key([]byte("a shared secret of the deployment"))
 	ln, addr, err := Listen("127.0.0.1:0", "")
 	if err != nil {

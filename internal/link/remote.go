@@ -26,7 +26,7 @@ const addrTTL = 2 * time.Second
 // Remote is the Link of an api whose executors run elsewhere: it finds
 // each one's address in its heartbeat and speaks HTTP to it.
 type Remote struct {
-	store  *store.Store
+	store  Executors
 	key    []byte
 	client *http.Client
 	dialer net.Dialer
@@ -43,9 +43,16 @@ type cachedAddr struct {
 
 var _ Link = (*Remote)(nil)
 
+// Executors reads what executors announce in their heartbeats
+// (*store.Store): ExecutorInfo returns store.ErrExecutorGone for one that
+// is not alive.
+type Executors interface {
+	ExecutorInfo(ctx context.Context, id string) (store.ExecutorInfo, error)
+}
+
 // NewRemote returns a Remote that reads addresses from st and signs with
 // key (Key of the shared secret).
-func NewRemote(st *store.Store, key []byte) *Remote {
+func NewRemote(st Executors, key []byte) *Remote {
 	return &Remote{
 		store: st, key: key, now: time.Now, addrs: map[string]cachedAddr{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}},

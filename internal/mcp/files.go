@@ -13,38 +13,43 @@ import (
 	"github.com/runbox-dev/runbox/internal/conversations"
 )
 
-func addFileTools(s *Server) {
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
+// addFileTools adds the tools of a conversation's files.
+func (s *Server) addFileTools() {
+	AddTool(s, &mcpsdk.Tool{
 		Name: "upload_file",
 		Description: "Put a file into a conversation's /data, for programs to read. content_base64 is the file's bytes in base64. " +
 			"Names are plain file names (letters, digits, '.', '_', '-').",
-	}), s.uploadFile)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
+	}, ToolSpec{Destructive: true}, s.uploadFile)
+	AddTool(s, &mcpsdk.Tool{
 		Name:        "list_files",
 		Description: "List the files in a conversation's /data, with sizes, types and download URLs.",
-	}), s.listFiles)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
+	}, ToolSpec{ReadOnly: true, Idempotent: true}, s.listFiles)
+	AddTool(s, &mcpsdk.Tool{
 		Name: "read_file",
 		Description: "Return a file from a conversation's /data: images as images (to look at a chart), " +
 			"text as text, anything else as a base64 resource; with its download URL.",
-	}), s.readFile)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
+	}, ToolSpec{ReadOnly: true, Idempotent: true}, s.readFile)
+	AddTool(s, &mcpsdk.Tool{
 		Name:        "close_session",
 		Description: "End a conversation: cancel its runs and delete its files.",
-	}), s.closeSession)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
-		Name: "run_python",
-		Description: "Run Python in a session's sandbox (the Python sandbox PRD's tool): files live in /mnt/data/. " +
-			"Returns session_id, exit_code, stdout, stderr and the artifacts the run wrote, with download URLs.",
-	}), s.runPython)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
-		Name:        "read_artifact",
-		Description: "Return a file of a session by its path under /mnt/data/, base64-encoded (images also as images).",
-	}), s.readArtifact)
-	mcpsdk.AddTool(s.sdk, s.describe(&mcpsdk.Tool{
-		Name:        "list_artifacts",
-		Description: "List the files in a session's /mnt/data/.",
-	}), s.listArtifacts)
+	}, ToolSpec{Destructive: true, Idempotent: true}, s.closeSession)
+	AddTool(s, &mcpsdk.Tool{
+		Name: "fork_conversation",
+		Description: "Copy a conversation, to try several approaches from one point: each fork is a new conversation " +
+			"with a copy of /data and the installed packages, and changes apart from the source from then on. " +
+			"count makes up to 10 at once. A conversation with a run in progress is busy: fork it when the run has ended.",
+	}, ToolSpec{}, s.forkConversation)
+}
+
+// ForkInput are fork_conversation's arguments.
+type ForkInput struct {
+	ConversationID    string `json:"conversationId" jsonschema:"the conversation to copy"`
+	NewConversationID string `json:"new_conversation_id,omitempty" jsonschema:"the fork's id, with count 1; made when omitted"`
+	Count             int    `json:"count,omitempty" jsonschema:"how many forks to make, 1 to 10 (default 1)"`
+}
+
+func (s *Server) forkConversation(ctx context.Context, in ForkInput) (conversations.Forks, error) {
+	return s.convs.Fork(ctx, conversations.ForkRequest{ConversationID: in.ConversationID, NewID: in.NewConversationID, Count: in.Count})
 }
 
 // UploadFileInput are upload_file's arguments.
@@ -56,21 +61,21 @@ type UploadFileInput struct {
 	Overwrite      bool   `json:"overwrite,omitempty" jsonschema:"replace a file of the same name (default false)"`
 }
 
-func (s *Server) uploadFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in UploadFileInput) (*mcpsdk.CallToolResult, any, error) {
+func (s *Server) uploadFile(ctx context.Context, in UploadFileInput) (Uploaded, error) {
 	// Measured before decoding, so that an oversized upload costs nothing.
 	limit := s.convs.Limits().MaxUpload
 	if int64(len(in.ContentBase64)) > int64(base64.StdEncoding.EncodedLen(int(limit)))+2 {
-		return s.toolError(ctx, runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit))
+		return Uploaded{}, runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit)
 	}
 	data, err := base64.StdEncoding.DecodeString(in.ContentBase64)
 	if err != nil {
-		return s.toolError(ctx, runbox.Errorf(runbox.EInvalid, "content_base64 is not valid base64"))
+		return Uploaded{}, runbox.Errorf(runbox.EInvalid, "content_base64 is not valid base64")
 	}
 	up, err := s.convs.Upload(ctx, cmp.Or(in.ConversationID, in.SessionID), in.Filename, bytes.NewReader(data), in.Overwrite)
 	if err != nil {
-		return s.toolError(ctx, err)
+		return Uploaded{}, err
 	}
-	return nil, uploaded(up, in.ConversationID != ""), nil
+	return uploaded(up, in.ConversationID != ""), nil
 }
 
 // ConversationInput names a conversation.
@@ -86,15 +91,15 @@ type FileList struct {
 	Files []runbox.FileInfo `json:"files"`
 }
 
-func (s *Server) listFiles(ctx context.Context, _ *mcpsdk.CallToolRequest, in ConversationInput) (*mcpsdk.CallToolResult, any, error) {
+func (s *Server) listFiles(ctx context.Context, in ConversationInput) (FileList, error) {
 	list, err := s.convs.List(ctx, in.id())
 	if err != nil {
-		return s.toolError(ctx, err)
+		return FileList{}, err
 	}
 	if list == nil {
 		list = []runbox.FileInfo{}
 	}
-	return nil, FileList{Files: list}, nil
+	return FileList{Files: list}, nil
 }
 
 // ReadFileInput are read_file's arguments.
@@ -105,10 +110,12 @@ type ReadFileInput struct {
 	Path           string `json:"path,omitempty" jsonschema:"or its path under /data"`
 }
 
-func (s *Server) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in ReadFileInput) (*mcpsdk.CallToolResult, any, error) {
+// readFile answers the file's description, and the file itself as its
+// content.
+func (s *Server) readFile(ctx context.Context, in ReadFileInput) (Answer[runbox.FileInfo], error) {
 	f, err := s.convs.Read(ctx, cmp.Or(in.ConversationID, in.SessionID), cmp.Or(in.Name, in.Path))
 	if err != nil {
-		return s.toolError(ctx, err)
+		return Answer[runbox.FileInfo]{}, err
 	}
 	var c mcpsdk.Content
 	switch f.Kind {
@@ -119,17 +126,17 @@ func (s *Server) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in Rea
 	default:
 		c = &mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: f.URL, MIMEType: f.MimeType, Blob: f.Data}}
 	}
-	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{c}}, f.FileInfo, nil
+	return Answer[runbox.FileInfo]{Value: f.FileInfo, Content: []mcpsdk.Content{c}}, nil
 }
 
-func (s *Server) closeSession(ctx context.Context, _ *mcpsdk.CallToolRequest, in ConversationInput) (*mcpsdk.CallToolResult, any, error) {
+func (s *Server) closeSession(ctx context.Context, in ConversationInput) (Closed, error) {
 	err := s.convs.Close(ctx, in.id())
 	if errors.Is(err, conversations.ErrClosed) {
 		// The PRD's code and words, which both kinds of client accept.
-		return s.toolError(ctx, runbox.Errorf(runbox.ESessionNotFound, "No active session with id %s", in.id()))
+		return Closed{}, runbox.Errorf(runbox.ESessionNotFound, "No active session with id %s", in.id())
 	}
 	if err != nil {
-		return s.toolError(ctx, err)
+		return Closed{}, err
 	}
-	return nil, Closed{Status: "closed", ConversationID: in.id(), SessionID: in.id()}, nil
+	return Closed{Status: "closed", ConversationID: in.id(), SessionID: in.id()}, nil
 }

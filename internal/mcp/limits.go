@@ -24,7 +24,7 @@ func (s *Server) countCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 				if r.Params != nil {
 					name = r.Params.Name
 				}
-				res, _, err := s.toolErrorOf(ctx, name, err)
+				res, _, err := s.toolError(ctx, s.tools.dialect(name), err)
 				if err != nil {
 					return nil, err
 				}
@@ -41,19 +41,19 @@ func (s *Server) countCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 func (s *Server) recordCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
 		r, ok := req.(*mcpsdk.CallToolRequest)
-		if !ok || s.Audit == nil || r.Params == nil {
+		if !ok || s.audit == nil || r.Params == nil {
 			return next(ctx, method, req)
 		}
 		var args map[string]any
 		_ = json.Unmarshal(r.Params.Arguments, &args)
 		str := func(k string) string { v, _ := args[k].(string); return v }
-		call, err := s.Audit.Begin(ctx, audit.Entry{
+		call, err := s.audit.Begin(ctx, audit.Entry{
 			Client: auth.Client(ctx), Tool: r.Params.Name,
 			Conversation: cmp.Or(str("conversationId"), str("session_id"), str("sandbox_id")), RunID: cmp.Or(str("run_id"), str("execution_id")),
 			Params: audit.Sanitize(args),
 		})
 		if err != nil {
-			res, _, terr := s.toolError(ctx, err)
+			res, _, terr := s.toolError(ctx, Dialect{}, err)
 			return res, terr
 		}
 		res, err := next(ctx, method, req)

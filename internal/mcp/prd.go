@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -23,6 +22,23 @@ import (
 // of each field.
 
 const mntData = "/mnt/data/"
+
+// addPRDTools adds the PRD's own tools, which speak its dialect.
+func (s *Server) addPRDTools() {
+	AddTool(s, &mcpsdk.Tool{
+		Name: "run_python",
+		Description: "Run Python in a session's sandbox (the Python sandbox PRD's tool): files live in /mnt/data/. " +
+			"Returns session_id, exit_code, stdout, stderr and the artifacts the run wrote, with download URLs.",
+	}, ToolSpec{Destructive: true, Dialect: prd}, s.runPython)
+	AddTool(s, &mcpsdk.Tool{
+		Name:        "read_artifact",
+		Description: "Return a file of a session by its path under /mnt/data/, base64-encoded (images also as images).",
+	}, ToolSpec{ReadOnly: true, Idempotent: true, Dialect: prd}, s.readArtifact)
+	AddTool(s, &mcpsdk.Tool{
+		Name:        "list_artifacts",
+		Description: "List the files in a session's /mnt/data/.",
+	}, ToolSpec{ReadOnly: true, Idempotent: true, Dialect: prd}, s.listArtifacts)
+}
 
 // PRDArtifact is a file as the PRD describes it.
 type PRDArtifact struct {
@@ -60,11 +76,12 @@ type RunPythonOutput struct {
 	DurationMS      int64         `json:"duration_ms"`
 }
 
-func (s *Server) runPython(ctx context.Context, req *mcpsdk.CallToolRequest, in RunPythonInput) (*mcpsdk.CallToolResult, any, error) {
+// runPython answers in the PRD's shape, with the new charts as images.
+func (s *Server) runPython(ctx context.Context, in RunPythonInput) (Answer[RunPythonOutput], error) {
 	sid := cmp.Or(in.SessionID, runs.NewConversationID())
-	res, errResult, err := s.run(ctx, req, runs.Request{Language: "python", Code: in.Code, ConversationID: sid})
-	if errResult != nil || err != nil {
-		return errResult, nil, err
+	res, err := s.run(ctx, runs.Request{Language: "python", Code: in.Code, ConversationID: sid})
+	if err != nil {
+		return Answer[RunPythonOutput]{}, err
 	}
 	out := RunPythonOutput{
 		SessionID: sid, RunID: res.RunID, ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
@@ -85,11 +102,11 @@ func (s *Server) runPython(ctx context.Context, req *mcpsdk.CallToolRequest, in 
 			out.Artifacts = append(out.Artifacts, prdArtifact(a, true))
 		}
 	}
-	result := &mcpsdk.CallToolResult{}
+	var images []mcpsdk.Content
 	for _, img := range s.convs.Images(ctx, sid, res.Artifacts) {
-		result.Content = append(result.Content, &mcpsdk.ImageContent{Data: img.Data, MIMEType: img.ContentType})
+		images = append(images, &mcpsdk.ImageContent{Data: img.Data, MIMEType: img.ContentType})
 	}
-	return result, out, nil
+	return Answer[RunPythonOutput]{Value: out, Content: images}, nil
 }
 
 // ReadArtifactInput are read_artifact's arguments.
@@ -107,27 +124,27 @@ type ReadArtifactOutput struct {
 	ContentBase64 string `json:"content_base64"`
 }
 
-func (s *Server) readArtifact(ctx context.Context, _ *mcpsdk.CallToolRequest, in ReadArtifactInput) (*mcpsdk.CallToolResult, any, error) {
+// readArtifact answers the file in base64, and an image as an image too.
+func (s *Server) readArtifact(ctx context.Context, in ReadArtifactInput) (Answer[ReadArtifactOutput], error) {
 	if in.SessionID == "" {
-		return s.toolError(ctx, runbox.Errorf(runbox.EInvalid, "session_id is required"))
+		return Answer[ReadArtifactOutput]{}, runbox.Errorf(runbox.EInvalid, "session_id is required")
 	}
 	f, err := s.convs.Read(ctx, in.SessionID, in.Path)
-	if tl, ok := errors.AsType[*conversations.TooLargeError](err); ok {
-		return prdError(PRDError{Error: runbox.EArtifactTooLarge, Message: runbox.ErrorMessage(err), SizeBytes: tl.Size, DownloadURL: tl.URL})
-	}
 	if runbox.ErrorCode(err) == runbox.ENotFound {
-		return prdError(PRDError{Error: runbox.ENotFound, Message: "No artifact at " + mntData + strings.TrimPrefix(strings.TrimPrefix(in.Path, mntData), "/data/")})
+		// The PRD's words. A file too large to return is the PRD's
+		// artifact_too_large, in its shape (the dialect's).
+		err = runbox.Errorf(runbox.ENotFound, "No artifact at %s%s", mntData, strings.TrimPrefix(strings.TrimPrefix(in.Path, mntData), "/data/"))
 	}
 	if err != nil {
-		return s.toolError(ctx, err)
+		return Answer[ReadArtifactOutput]{}, err
 	}
 	out := ReadArtifactOutput{Path: mntData + f.Name, Filename: path.Base(f.Name), MimeType: f.MimeType, SizeBytes: f.SizeBytes,
 		ContentBase64: base64.StdEncoding.EncodeToString(f.Data)}
-	result := &mcpsdk.CallToolResult{}
+	var image []mcpsdk.Content
 	if f.Kind == conversations.Image {
-		result.Content = []mcpsdk.Content{&mcpsdk.ImageContent{Data: f.Data, MIMEType: f.ContentType}}
+		image = []mcpsdk.Content{&mcpsdk.ImageContent{Data: f.Data, MIMEType: f.ContentType}}
 	}
-	return result, out, nil
+	return Answer[ReadArtifactOutput]{Value: out, Content: image}, nil
 }
 
 // SessionInput names a PRD session.
@@ -140,28 +157,16 @@ type ArtifactList struct {
 	Artifacts []PRDArtifact `json:"artifacts"`
 }
 
-func (s *Server) listArtifacts(ctx context.Context, _ *mcpsdk.CallToolRequest, in SessionInput) (*mcpsdk.CallToolResult, any, error) {
+func (s *Server) listArtifacts(ctx context.Context, in SessionInput) (ArtifactList, error) {
 	list, err := s.convs.List(ctx, in.SessionID)
 	if err != nil {
-		return s.toolError(ctx, err)
+		return ArtifactList{}, err
 	}
 	out := ArtifactList{Artifacts: []PRDArtifact{}}
 	for _, f := range list {
 		out.Artifacts = append(out.Artifacts, prdArtifact(f, false))
 	}
-	return nil, out, nil
-}
-
-// PRDError is a tool error in the PRD's shape.
-type PRDError struct {
-	Error       string `json:"error"`
-	Message     string `json:"message"`
-	SizeBytes   int64  `json:"size_bytes,omitempty"`
-	DownloadURL string `json:"download_url,omitempty"`
-}
-
-func prdError(body PRDError) (*mcpsdk.CallToolResult, any, error) {
-	return errorResult(body), nil, nil
+	return out, nil
 }
 
 // Uploaded is upload_file's result, in runbox's names and the PRD's.

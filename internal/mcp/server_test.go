@@ -18,6 +18,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -33,11 +34,12 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
 	log := slog.New(slog.DiscardHandler)
-	hub := store.NewHub(st, log)
+	hub := stream.NewHub(conn, st, log)
 	t.Cleanup(func() { hub.Close() })
-	q := queue.NewClient(rdb)
+	q := queue.NewClient(conn)
 	ctx := context.Background()
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},
@@ -48,8 +50,8 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 		t.Fatal(err)
 	}
 	signer := files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour)
-	convs := conversations.NewService(files.NewHostStore(folders), signer, svc, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
-	srv := New(context.Background(), svc, convs, log)
+	convs := conversations.NewService(files.NewHostStore(folders), signer, svc, st, nil, conversations.Limits{MaxUpload: 1000, MaxRead: 1000, MaxInlineImages: 4, MaxInlineImageBytes: 1000})
+	srv := New(context.Background(), Options{Runs: svc, Conversations: convs, Log: log})
 
 	f := &fixture{store: st, srv: srv}
 
@@ -173,7 +175,7 @@ func TestListRunners(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tool := range tools.Tools {
-		if _, alias := toolAliases[tool.Name]; alias {
+		if _, alias := f.srv.tools.tool(tool.Name); alias || strings.HasPrefix(tool.Name, "sandbox.") {
 			t.Errorf("alias %s is listed", tool.Name)
 		}
 	}

@@ -53,12 +53,12 @@ func (s *Server) heldRef(ctx context.Context, ss *mcpsdk.ServerSession) sessions
 		s.held.mu.Lock()
 		delete(s.held.refs, ss)
 		s.held.mu.Unlock()
-		if s.Sessions == nil {
+		if s.sessions == nil {
 			return
 		}
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(s.stopping), endWait)
 		defer cancel()
-		if _, err := s.Sessions.End(ectx, ref); err != nil {
+		if _, err := s.sessions.End(ectx, ref); err != nil {
 			s.log.Warn("end the session of a closed transport", "session", ref.ID, "err", err)
 		}
 	})
@@ -88,11 +88,11 @@ func (s *Server) EndHeld(ctx context.Context) {
 		delete(s.held.refs, ss)
 	}
 	s.held.mu.Unlock()
-	if s.Sessions == nil {
+	if s.sessions == nil {
 		return
 	}
 	for _, ref := range refs {
-		if _, err := s.Sessions.End(ctx, ref); err != nil {
+		if _, err := s.sessions.End(ctx, ref); err != nil {
 			s.log.Warn("end a session", "session", ref.ID, "err", err)
 		}
 	}

@@ -2,6 +2,7 @@ package preview
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,9 +13,11 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/time/rate"
 
 	"github.com/runbox-dev/runbox/internal/lifecycle"
@@ -33,7 +36,22 @@ type Limits struct {
 	Rate int
 	// WriteStall bounds how long one write to a client may block.
 	WriteStall time.Duration
+	// StreamIdle ends an upgraded stream (a WebSocket) that carried no
+	// byte either way for that long (PREVIEW_WS_IDLE).
+	StreamIdle time.Duration
+	// MaxStreams bounds the upgraded streams open at once through this
+	// process (PREVIEW_MAX_STREAMS); MaxStreamsPerConversation those to
+	// one conversation's sandboxes, whatever their URL
+	// (PREVIEW_MAX_STREAMS_PER_CONVERSATION).
+	MaxStreams, MaxStreamsPerConversation int
 }
+
+// Defaults of Limits.
+const (
+	DefaultStreamIdle                = 10 * time.Minute
+	DefaultMaxStreams                = 1000
+	DefaultMaxStreamsPerConversation = 32
+)
 
 // sweepInterval is how often the router forgets expired previews and
 // closes the streams they still hold.
@@ -59,6 +77,10 @@ type Router struct {
 	mu       sync.Mutex
 	targets  map[string]*routed // by record id
 	stopping bool
+	// streams counts the upgraded streams open (or being opened), in all
+	// and by conversation.
+	streams  int
+	convOpen map[string]int
 }
 
 // routed is what the router keeps for a preview in use.
@@ -73,8 +95,11 @@ func NewRouter(svc *Service, l link.Link, limits Limits, clock clockwork.Clock, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	limits.StreamIdle = cmp.Or(limits.StreamIdle, DefaultStreamIdle)
+	limits.MaxStreams = cmp.Or(limits.MaxStreams, DefaultMaxStreams)
+	limits.MaxStreamsPerConversation = cmp.Or(limits.MaxStreamsPerConversation, DefaultMaxStreamsPerConversation)
 	r := &Router{svc: svc, link: l, limits: limits, clock: clock, log: log.With("component", "preview"),
-		targets: map[string]*routed{}}
+		targets: map[string]*routed{}, convOpen: map[string]int{}}
 	r.tr = &http.Transport{
 		DialContext:         r.dial,
 		MaxIdleConnsPerHost: 16,
@@ -156,6 +181,20 @@ func (r *Router) Serve(w http.ResponseWriter, req *http.Request, label string) {
 		page(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", r.limits.MaxRequest))
 		return
 	}
+	// A request to upgrade holds a place among the open streams from now
+	// until its stream ends (the proxy serves a stream to its end) or it
+	// is answered without one.
+	if httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
+		release, status, msg := r.openStream(rt)
+		if release == nil {
+			if status == http.StatusTooManyRequests {
+				w.Header().Set("Retry-After", "10")
+			}
+			page(w, status, msg)
+			return
+		}
+		defer release()
+	}
 	rc := http.NewResponseController(w)
 	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
 		// Nothing to read: the response may stream as long as it lasts.
@@ -182,6 +221,35 @@ func (r *Router) route(t Target) (*routed, bool) {
 		r.targets[t.ID] = rt
 	}
 	return rt, true
+}
+
+// openStream takes a place for an upgraded stream to rt's conversation
+// and returns what gives it back; with no place left, nil and the status
+// and page that say why.
+func (r *Router) openStream(rt *routed) (release func(), status int, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.convOpen[rt.Conversation] >= r.limits.MaxStreamsPerConversation:
+		return nil, http.StatusTooManyRequests, fmt.Sprintf(
+			"This sandbox's server has %d streams (WebSockets) open through its previews, the most it may; close one and try again.",
+			r.limits.MaxStreamsPerConversation)
+	case r.streams >= r.limits.MaxStreams:
+		return nil, http.StatusServiceUnavailable, "This server holds as many preview streams (WebSockets) as it serves at once; try again later."
+	}
+	r.streams++
+	r.convOpen[rt.Conversation]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.streams--
+			if r.convOpen[rt.Conversation]--; r.convOpen[rt.Conversation] == 0 {
+				delete(r.convOpen, rt.Conversation)
+			}
+		})
+	}, 0, ""
 }
 
 // track adds or removes an upgraded connection of rt, to end at its
@@ -258,6 +326,10 @@ func dropRunboxCookies(r *http.Request) {
 func (r *Router) modifyResponse(resp *http.Response) error {
 	dropRunboxHeaders(resp.Header)
 	hostOnlyCookies(resp.Header)
+	// Clear-Site-Data's "cookies" clears the cookies of the whole
+	// registrable domain, every other preview's (and, on a shared
+	// domain, more) with them.
+	resp.Header.Del("Clear-Site-Data")
 	rt := resp.Request.Context().Value(targetKey{}).(*routed)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		back, ok := resp.Body.(io.ReadWriteCloser)
@@ -269,6 +341,7 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 			return errors.New("preview: expired")
 		}
 		s.untrack = func() { r.track(rt, s, false) }
+		s.idleAfter(r.clock, r.limits.StreamIdle)
 		resp.Body = s
 		return nil
 	}
@@ -361,7 +434,8 @@ func (w *previewWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // stream is an upgraded connection to the sandbox, bounded in bytes each
-// way.
+// way and in the time it may carry nothing. Both directions pass
+// through it (Read from the sandbox, Write to it), so either is activity.
 type stream struct {
 	rw      io.ReadWriteCloser
 	max     int64
@@ -369,12 +443,41 @@ type stream struct {
 	in, out int64
 	untrack func()
 	once    sync.Once
+
+	clock clockwork.Clock
+	idle  time.Duration
+	timer clockwork.Timer
+	last  atomic.Int64 // the clock's UnixNano when a byte last passed
 }
 
 var errStreamLimit = errors.New("preview: stream limit reached")
 
+// idleAfter ends the stream once nothing passed for idle.
+func (s *stream) idleAfter(clock clockwork.Clock, idle time.Duration) {
+	s.clock, s.idle = clock, idle
+	s.last.Store(clock.Now().UnixNano())
+	s.timer = clock.AfterFunc(idle, s.checkIdle)
+}
+
+// checkIdle closes an idle stream, or looks again when it would be.
+func (s *stream) checkIdle() {
+	quiet := s.clock.Since(time.Unix(0, s.last.Load()))
+	if quiet >= s.idle {
+		s.Close()
+		return
+	}
+	s.timer.Reset(s.idle - quiet)
+}
+
+func (s *stream) active(n int) {
+	if n > 0 && s.clock != nil {
+		s.last.Store(s.clock.Now().UnixNano())
+	}
+}
+
 func (s *stream) Read(p []byte) (int, error) {
 	n, err := s.rw.Read(p)
+	s.active(n)
 	s.mu.Lock()
 	s.in += int64(n)
 	over := s.in > s.max
@@ -395,11 +498,16 @@ func (s *stream) Write(p []byte) (int, error) {
 		s.Close()
 		return 0, errStreamLimit
 	}
-	return s.rw.Write(p)
+	n, err := s.rw.Write(p)
+	s.active(n)
+	return n, err
 }
 
 func (s *stream) Close() error {
 	s.once.Do(func() {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
 		if s.untrack != nil {
 			s.untrack()
 		}

@@ -3,12 +3,14 @@ package preview
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -56,14 +58,36 @@ func (s *sandboxes) DialPort(ctx context.Context, conv string, port int) (net.Co
 func (s *sandboxes) WriteFiles(context.Context, string, []link.File) error { return nil }
 func (s *sandboxes) Output(string) (link.Output, bool)                     { return link.Output{}, false }
 
+// probe lets a test see what the app's WebSockets receive (sink) and
+// make one send (push).
+type probe struct {
+	got  chan string
+	push chan string
+}
+
 // app is the server "in the sandbox".
-func app() http.Handler {
+func app(p *probe) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "theme=dark; Domain=localhost; Path=/")
 		w.Header().Set("X-Runbox-Executor", "leak")
+		w.Header().Set("Clear-Site-Data", `"cookies", "storage"`)
 		fmt.Fprint(w, "hello from the sandbox")
 	})
+	// Streams one way each: what the browser sends, what the server sends.
+	mux.Handle("/sink", websocket.Handler(func(c *websocket.Conn) {
+		var m string
+		for websocket.Message.Receive(c, &m) == nil {
+			p.got <- m
+		}
+	}))
+	mux.Handle("/push", websocket.Handler(func(c *websocket.Conn) {
+		for m := range p.push {
+			if websocket.Message.Send(c, m) != nil {
+				return
+			}
+		}
+	}))
 	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"host": r.Host, "header": r.Header})
 	})
@@ -79,6 +103,7 @@ func app() http.Handler {
 }
 
 type fixture struct {
+	probe   *probe
 	svc     *Service
 	router  *Router
 	sb      *sandboxes
@@ -92,15 +117,16 @@ type fixture struct {
 func newFixture(t *testing.T, limits Limits) *fixture {
 	t.Helper()
 	_, u := testenv.Miniredis(t)
-	st := store.New(testenv.Client(t, u))
+	st := store.New(store.NewConn(testenv.Client(t, u)))
 	ctx := context.Background()
 	if err := st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{clock: clockwork.NewFakeClockAt(time.Now()), backend: httptest.NewServer(app())}
+	f := &fixture{clock: clockwork.NewFakeClockAt(time.Now()), probe: &probe{got: make(chan string, 16), push: make(chan string)}}
+	f.backend = httptest.NewServer(app(f.probe))
 	t.Cleanup(f.backend.Close)
-	f.sb = &sandboxes{live: map[string][]string{"c1": {"sb1"}, "~other~c1": {"sb9"}},
-		ports: map[string]map[int]string{"c1": {8000: f.backend.Listener.Addr().String()}}}
+	f.sb = &sandboxes{live: map[string][]string{"c1": {"sb1"}, "c3": {"sb3"}, "~other~c1": {"sb9"}},
+		ports: map[string]map[int]string{"c1": {8000: f.backend.Listener.Addr().String()}, "c3": {8000: f.backend.Listener.Addr().String()}}}
 	f.domain, _ = ParseDomain("localhost:8080", "http")
 	l := link.Local{ID: "ex1", Backend: f.sb}
 	f.svc = NewService(Options{Key: Key([]byte("the deployment's shared secret")), Domain: f.domain, TTL: time.Hour,
@@ -194,6 +220,9 @@ func TestRouter(t *testing.T) {
 	}
 	if c := hdr.Get("Set-Cookie"); c != "theme=dark; Path=/" {
 		t.Errorf("cookie %q: a preview's cookies must stay host-only", c)
+	}
+	if c := hdr.Get("Clear-Site-Data"); c != "" {
+		t.Errorf("Clear-Site-Data %q reached the browser: it clears the cookies of every preview", c)
 	}
 
 	code, _, body = f.get(t, base+"/headers", http.Header{
@@ -347,5 +376,183 @@ func TestRouterWebSocket(t *testing.T) {
 	_ = ws2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if err := websocket.Message.Receive(ws2, &got); err == nil {
 		t.Error("a stream outlived its preview")
+	}
+}
+
+// TestRouterSite: what the router can do to keep previews, which share a
+// registrable domain, out of each other's cookies — a preview's
+// Set-Cookie loses its Domain, its Clear-Site-Data is taken off, the
+// service's own cookies never reach it — and what it cannot: a cookie
+// that one preview's script set for the parent domain reaches another
+// preview's server like that preview's own (a request does not say who
+// set a cookie). Hence PREVIEW_BASE_DOMAIN on a domain of the Public
+// Suffix List in production (docs/tools.md, "Previews"): browsers then refuse such cookies.
+func TestRouterSite(t *testing.T) {
+	f := newFixture(t, defaultLimits)
+	u, err := f.svc.Issue(context.Background(), "c1", 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hdr, _ := f.get(t, u.URL, nil)
+	if hdr.Get("Set-Cookie") != "theme=dark; Path=/" || hdr.Get("Clear-Site-Data") != "" {
+		t.Errorf("response headers %v", hdr)
+	}
+	// "planted" stands for a cookie a sibling preview's script set with
+	// Domain=localhost: the browser sends it here as it sends "theme".
+	_, _, body := f.get(t, strings.TrimSuffix(u.URL, "/")+"/headers", http.Header{"Cookie": {"runbox_token=t; theme=dark; planted=1"}})
+	var seen struct{ Header http.Header }
+	if err := json.Unmarshal([]byte(body), &seen); err != nil {
+		t.Fatal(err)
+	}
+	if c := seen.Header.Get("Cookie"); c != "theme=dark; planted=1" {
+		t.Errorf("cookies the preview's server got: %q", c)
+	}
+}
+
+// upgrade asks a preview for a WebSocket at path and returns the status
+// and, for 101, the connection.
+func (f *fixture) upgrade(t *testing.T, previewURL, path string) (int, *websocket.Conn) {
+	t.Helper()
+	cfg, err := websocket.NewConfig(strings.Replace(previewURL, "http://", "ws://", 1)+path, previewURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Dial("tcp", f.front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, raw)
+	if err == nil {
+		t.Cleanup(func() { ws.Close() })
+		return http.StatusSwitchingProtocols, ws
+	}
+	raw.Close()
+	// Ask again by hand for the status the handshake refused.
+	req, _ := http.NewRequest(http.MethodGet, previewURL+path, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		t.Fatalf("%s: the handshake failed (%v) but the upgrade was taken", path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// TestRouterStreamIdle: an upgraded stream that carries no byte either
+// way for PREVIEW_WS_IDLE ends; bytes one way only keep one alive, in
+// either direction.
+func TestRouterStreamIdle(t *testing.T) {
+	const idle = time.Minute
+	f := newFixture(t, Limits{MaxRequest: 1 << 10, MaxResponse: 1 << 20, Rate: 100, WriteStall: 10 * time.Second, StreamIdle: idle})
+	u, err := f.svc.Issue(context.Background(), "c1", 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sink := f.upgrade(t, u.URL, "sink")
+	_, push := f.upgrade(t, u.URL, "push")
+	_, quiet := f.upgrade(t, u.URL, "ws")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Each stream's idle timer, and the router's sweep.
+	waiters := func(n int) {
+		t.Helper()
+		if err := f.clock.BlockUntilContext(ctx, n); err != nil {
+			t.Fatalf("waiting for %d timers: %v", n, err)
+		}
+	}
+	waiters(4)
+	traffic := func() {
+		t.Helper()
+		if err := websocket.Message.Send(sink, "up"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-f.probe.got:
+		case <-ctx.Done():
+			t.Fatal("the sink got nothing")
+		}
+		select {
+		case f.probe.push <- "down":
+		case <-ctx.Done():
+			t.Fatal("nothing pushes")
+		}
+		var m string
+		_ = push.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if err := websocket.Message.Receive(push, &m); err != nil || m != "down" {
+			t.Fatalf("push: %q %v", m, err)
+		}
+	}
+	closed := func(ws *websocket.Conn) bool {
+		var m string
+		_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		err := websocket.Message.Receive(ws, &m)
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	// Traffic every 2/3 of the idle time: the quiet stream's time comes
+	// at the second step, the others' timers look again and wait on.
+	for range 3 {
+		traffic()
+		f.clock.Advance(idle * 2 / 3)
+		waiters(1 + 2)
+	}
+	if !closed(quiet) {
+		t.Error("a stream idle both ways lived on")
+	}
+	traffic() // the others still carry
+	f.clock.Advance(idle + time.Second)
+	if !closed(sink) || !closed(push) {
+		t.Error("streams lived on once idle")
+	}
+}
+
+// TestRouterStreamCaps: upgraded streams are bounded per conversation
+// (whatever the URL) and per process; a refusal says which, and a place
+// comes back when a stream ends. Plain requests are not counted.
+func TestRouterStreamCaps(t *testing.T) {
+	f := newFixture(t, Limits{MaxRequest: 1 << 10, MaxResponse: 1 << 20, Rate: 100, WriteStall: 10 * time.Second,
+		MaxStreams: 3, MaxStreamsPerConversation: 2})
+	ctx := context.Background()
+	issue := func(conv string) string {
+		u, err := f.svc.Issue(ctx, conv, 8000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.URL
+	}
+	a1, a2, b := issue("c1"), issue("c1"), issue("c3")
+	if code, _ := f.upgrade(t, a1, "ws"); code != http.StatusSwitchingProtocols {
+		t.Fatalf("first: %d", code)
+	}
+	code, first := f.upgrade(t, a2, "ws")
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("second: %d", code)
+	}
+	if code, _ := f.upgrade(t, a2, "ws"); code != http.StatusTooManyRequests {
+		t.Errorf("a third stream to the conversation: %d", code)
+	}
+	if code, _ := f.upgrade(t, b, "ws"); code != http.StatusSwitchingProtocols {
+		t.Fatalf("another conversation's: %d", code)
+	}
+	if code, _ := f.upgrade(t, b, "ws"); code != http.StatusServiceUnavailable {
+		t.Errorf("past the process's streams: %d", code)
+	}
+	if code, _, _ := f.get(t, a1, nil); code != http.StatusOK {
+		t.Errorf("a plain request at the caps: %d", code)
+	}
+	first.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, _ := f.upgrade(t, b, "ws")
+		if code == http.StatusSwitchingProtocols {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a place did not come back: %d", code)
+		}
 	}
 }

@@ -31,12 +31,22 @@ func Key(secret []byte) []byte {
 // maxCached bounds the resolved capabilities kept in memory.
 const maxCached = 10000
 
+// Store keeps preview records and tells where conversations' sandboxes
+// are (*store.Store). Preview returns store.ErrPreviewNotFound for a
+// record that does not exist.
+type Store interface {
+	SavePreview(ctx context.Context, id string, rec store.PreviewRecord, expires time.Time) error
+	Preview(ctx context.Context, id string) (store.PreviewRecord, error)
+	Owner(ctx context.Context, cid string) (string, error)
+	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+}
+
 // Service issues and resolves preview URLs.
 type Service struct {
 	signer *Signer
 	domain Domain
 	ttl    time.Duration
-	store  *store.Store
+	store  Store
 	link   link.Link
 	log    *slog.Logger
 	now    func() time.Time
@@ -52,7 +62,7 @@ type Options struct {
 	Key    []byte // Key of the shared secret
 	Domain Domain
 	TTL    time.Duration // PREVIEW_URL_TTL
-	Store  *store.Store
+	Store  Store
 	Link   link.Link
 	Logger *slog.Logger
 	// Now is the clock (time.Now if nil).

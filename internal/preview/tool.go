@@ -26,7 +26,7 @@ func Register(s *mcp.Server, svc *Service) {
 			"HTTP and WebSocket are passed through; the page is the root of its own origin, so absolute paths work. " +
 			"Anyone holding the URL may browse it until expires_at; it stops working when the sandbox ends. " +
 			"not_listening when nothing listens on the port.",
-	}, mcp.ToolSpec{Out: mcp.SchemaOf[URL]()}, func(ctx context.Context, in Input) (URL, error) {
+	}, mcp.ToolSpec{}, func(ctx context.Context, in Input) (URL, error) {
 		return svc.IssueFor(ctx, cmp.Or(in.ConversationID, in.SessionID), in.Port)
 	})
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // JanitorInterval is how often expired projects are destroyed.
@@ -24,15 +23,22 @@ const JanitorInterval = 30 * time.Second
 // their files deleted. It runs in the leader (Schedule).
 type Janitor struct {
 	lifecycle.Base
-	store    *store.Store
+	store    Expiry
 	convs    *conversations.Service
 	schedule lifecycle.Schedule
 	clock    clockwork.Clock
 	log      *slog.Logger
 }
 
+// Expiry lists and removes the projects whose time is over
+// (*store.Store).
+type Expiry interface {
+	ExpiredProjects(ctx context.Context, now time.Time, n int64) ([]string, error)
+	RemoveProject(ctx context.Context, cid string) error
+}
+
 // NewJanitor returns a Janitor.
-func NewJanitor(st *store.Store, convs *conversations.Service, schedule lifecycle.Schedule, clock clockwork.Clock, log *slog.Logger) *Janitor {
+func NewJanitor(st Expiry, convs *conversations.Service, schedule lifecycle.Schedule, clock clockwork.Clock, log *slog.Logger) *Janitor {
 	return &Janitor{store: st, convs: convs, schedule: schedule, clock: clock, log: log.With("component", "projects")}
 }
 

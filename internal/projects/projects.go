@@ -21,6 +21,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/link"
+	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/preview"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -34,10 +35,23 @@ const startTimeout = 90 * time.Second
 // pollInterval is how often it looks.
 const pollInterval = 200 * time.Millisecond
 
+// Store keeps the projects and tells where their runs and sandboxes are
+// (*store.Store). Project returns store.ErrProjectNotFound for one that
+// does not exist.
+type Store interface {
+	SaveProject(ctx context.Context, p store.Project) error
+	Project(ctx context.Context, cid string) (store.Project, error)
+	SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error
+	Owner(ctx context.Context, cid string) (string, error)
+	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+	Run(ctx context.Context, id string) (runbox.Run, error)
+	Executor(ctx context.Context, id string) (string, error)
+}
+
 // Service runs projects.
 type Service struct {
 	runs     *runs.Service
-	store    *store.Store
+	store    Store
 	link     link.Link
 	previews *preview.Service
 	redactor *Redactor
@@ -49,7 +63,7 @@ type Service struct {
 // Options configure a Service.
 type Options struct {
 	Runs     *runs.Service
-	Store    *store.Store
+	Store    Store
 	Link     link.Link
 	Previews *preview.Service
 	Redactor *Redactor
@@ -66,9 +80,9 @@ func New(o Options) *Service {
 
 // CreateInput are create_sandbox_for_project's arguments.
 type CreateInput struct {
-	ProjectName  string            `json:"project_name" jsonschema:"1 to 50 letters, digits, '_' or '-'"`
-	Template     string            `json:"template" jsonschema:"react, next, vue or node (as installed; an error lists what is)"`
-	InitialFiles map[string]string `json:"initial_files,omitempty" jsonschema:"path → content: at most 20 files of at most 1 MB each; relative paths, no '..', none of .env*, .git*, node_modules*, .codesandbox*"`
+	ProjectName  string    `json:"project_name" jsonschema:"1 to 50 letters, digits, '_' or '-'"`
+	Template     string    `json:"template" jsonschema:"react, next, vue or node (as installed; an error lists what is)"`
+	InitialFiles mcp.Files `json:"initial_files,omitempty" jsonschema:"a record path → content, or a list [{path, content, encoding?}]: at most 20 files of at most 1 MB each; relative paths, no '..', none of .env*, .git*, node_modules*, .codesandbox*"`
 }
 
 // Created is create_sandbox_for_project's result.
@@ -240,8 +254,8 @@ func (s *Service) project(ctx context.Context, sandboxID string) (string, store.
 
 // WriteInput are write_files_to_sandbox's arguments.
 type WriteInput struct {
-	SandboxID string            `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox_for_project returned"`
-	Files     map[string]string `json:"files" jsonschema:"path → content: at most 10 files of at most 500 KB each; the same path rules as initial_files"`
+	SandboxID string    `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox_for_project returned"`
+	Files     mcp.Files `json:"files" jsonschema:"a record path → content, or a list [{path, content, encoding?}]: at most 10 files of at most 500 KB each; the same path rules as initial_files"`
 }
 
 // Written is write_files_to_sandbox's result.

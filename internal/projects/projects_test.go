@@ -2,6 +2,7 @@ package projects
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -74,16 +76,23 @@ func TestCheckPath(t *testing.T) {
 }
 
 func TestCheckFiles(t *testing.T) {
-	many := func(n, size int) map[string]string {
-		m := map[string]string{}
+	many := func(n, size int) mcp.Files {
+		var fs mcp.Files
 		for i := range n {
-			m[fmt.Sprintf("f%d.txt", i)] = strings.Repeat("x", size)
+			fs = append(fs, mcp.FileArg{Path: fmt.Sprintf("f%d.txt", i), Content: strings.Repeat("x", size)})
 		}
-		return m
+		return fs
+	}
+	record := func(js string) mcp.Files {
+		var fs mcp.Files
+		if err := json.Unmarshal([]byte(js), &fs); err != nil {
+			t.Fatal(err)
+		}
+		return fs
 	}
 	for _, tc := range []struct {
 		name            string
-		files           map[string]string
+		files           mcp.Files
 		maxFiles, bytes int
 		code            string
 	}{
@@ -93,8 +102,12 @@ func TestCheckFiles(t *testing.T) {
 		{"write: 10 of 500 KB", many(10, MaxWriteFileBytes), MaxWriteFiles, MaxWriteFileBytes, ""},
 		{"write: 11 files", many(11, 1), MaxWriteFiles, MaxWriteFileBytes, runbox.EGatewayQuota},
 		{"write: 500 KB and a byte", many(1, MaxWriteFileBytes+1), MaxWriteFiles, MaxWriteFileBytes, runbox.EFileSizeExceeded},
-		{"the same file twice", map[string]string{"a.js": "1", "./a.js": "2"}, MaxWriteFiles, MaxWriteFileBytes, runbox.EInvalid},
-		{"a bad path", map[string]string{"ok.js": "1", "../x": "2"}, MaxWriteFiles, MaxWriteFileBytes, runbox.EPathTraversal},
+		{"the same file twice", record(`{"a.js": "1", "./a.js": "2"}`), MaxWriteFiles, MaxWriteFileBytes, runbox.EInvalid},
+		{"a bad path", record(`{"ok.js": "1", "../x": "2"}`), MaxWriteFiles, MaxWriteFileBytes, runbox.EPathTraversal},
+		{"the list form, base64", record(`[{"path": "a.png", "content": "iVBORw0K", "encoding": "base64"}]`), MaxWriteFiles, MaxWriteFileBytes, ""},
+		{"bad base64", record(`[{"path": "a.png", "content": "!!", "encoding": "base64"}]`), MaxWriteFiles, MaxWriteFileBytes, runbox.EInvalid},
+		{"500 KB and a byte in base64", mcp.Files{{Path: "a.bin", Encoding: "base64",
+			Content: base64.StdEncoding.EncodeToString(make([]byte, MaxWriteFileBytes+1))}}, MaxWriteFiles, MaxWriteFileBytes, runbox.EFileSizeExceeded},
 	} {
 		_, err := checkFiles(tc.files, tc.maxFiles, tc.bytes)
 		if got := runbox.ErrorCode(err); err != nil && got != tc.code || err == nil && tc.code != "" {
@@ -166,21 +179,22 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
 	log := slog.New(slog.DiscardHandler)
-	hub := store.NewHub(st, log)
+	hub := stream.NewHub(conn, st, log)
 	t.Cleanup(func() { hub.Close() })
 	ctx := context.Background()
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1", Runners: []runbox.Runner{{Language: "bash"}},
 		Templates: []runbox.Template{{Name: "react", Port: 3000}, {Name: "node", Port: 3000}}}, time.Hour)
-	rs := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(rdb), log),
+	rs := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(conn), log),
 		runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100, MaxWaiting: 4}, log)
 	folders, err := files.NewFolders(t.TempDir(), files.Options{UID: os.Getuid(), GID: os.Getgid(), Quota: 1 << 20, Mode: files.QuotaWalk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	convs := conversations.NewService(files.NewHostStore(folders), files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour),
-		rs, st, conversations.Limits{MaxUpload: 1000, MaxRead: 1000})
+		rs, st, nil, conversations.Limits{MaxUpload: 1000, MaxRead: 1000})
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "app") }))
 	t.Cleanup(app.Close)
 	back := &listening{addr: app.Listener.Addr().String(), written: map[string][]link.File{}}
@@ -189,7 +203,7 @@ func newFixture(t *testing.T) *fixture {
 	previews := preview.NewService(preview.Options{Key: []byte("0123456789abcdef0123456789abcdef"), Domain: domain, TTL: time.Hour, Store: st, Link: l})
 	svc := New(Options{Runs: rs, Store: st, Link: l, Previews: previews, Redactor: NewRedactor("planted-runbox-secret"), TTL: time.Hour, Logger: log})
 
-	srv := mcp.New(ctx, rs, convs, log)
+	srv := mcp.New(ctx, mcp.Options{Runs: rs, Conversations: convs, Log: log})
 	Register(srv, svc, map[string]func(context.Context) error{"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	ct, stt := mcpsdk.NewInMemoryTransports()
 	if _, err := srv.SDK().Connect(ctx, stt, nil); err != nil {
@@ -313,7 +327,7 @@ func TestOtherClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := auth.WithClient(ctx, clients.Client{Name: "other"})
-	if _, err := f.svc.Write(other, WriteInput{SandboxID: created.SandboxID, Files: map[string]string{"a.js": "1"}}); runbox.ErrorCode(err) != runbox.ESandboxNotFound {
+	if _, err := f.svc.Write(other, WriteInput{SandboxID: created.SandboxID, Files: mcp.Files{{Path: "a.js", Content: "1"}}}); runbox.ErrorCode(err) != runbox.ESandboxNotFound {
 		t.Errorf("another client wrote: %v", err)
 	}
 	if _, err := f.svc.Output(other, OutputInput{SandboxID: created.SandboxID, OutputType: ConsoleLog}); runbox.ErrorCode(err) != runbox.ESandboxNotFound {

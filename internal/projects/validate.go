@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/gitexport/rules"
+	"github.com/runbox-dev/runbox/internal/mcp"
 )
 
 // The security gateway's limits, exactly.
@@ -49,10 +51,6 @@ func notFound(id string) error {
 	return runbox.Errorf(runbox.ESandboxNotFound, "no sandbox %q: it was never made, belongs to another client, or has expired", id)
 }
 
-// Names no path may hold as one of its parts (by prefix, in any case):
-// secrets, version control, dependencies and the editor's settings.
-var forbidden = []string{".env", ".git", "node_modules", ".codesandbox"}
-
 // checkPath reads a file's path as the gateway allows it: relative, no
 // "..", none of the forbidden names. It returns the path clean ("./a" is
 // "a").
@@ -77,12 +75,13 @@ func checkPath(p string) (string, error) {
 	if clean == "." || strings.HasPrefix(clean, "../") {
 		return bad("names no file")
 	}
+	// The gateway's four names (secrets, version control, dependencies,
+	// the editor's settings), as the git tools refuse them; the CI files
+	// those refuse besides are harmless in a sandbox, and are refused
+	// when committed.
 	for _, part := range strings.Split(clean, "/") {
-		lower := strings.ToLower(part)
-		for _, f := range forbidden {
-			if strings.HasPrefix(lower, f) {
-				return "", runbox.Errorf(runbox.EPermissionDenied, "path %q: %s* files may not be written", shorten(p), f)
-			}
+		if glob, ok := rules.GatewayName(part); ok {
+			return "", runbox.Errorf(runbox.EPermissionDenied, "path %q: %s files may not be written", shorten(p), glob)
 		}
 	}
 	return clean, nil
@@ -101,27 +100,28 @@ type File struct {
 	Data []byte
 }
 
-// checkFiles checks a tool's files against its limits and the path rules,
-// and returns them sorted by path.
-func checkFiles(files map[string]string, maxFiles, maxBytes int) ([]File, error) {
+// checkFiles checks a tool's files (either shape) against its limits and
+// the path rules, and returns them sorted by path.
+func checkFiles(files mcp.Files, maxFiles, maxBytes int) ([]File, error) {
 	if len(files) > maxFiles {
 		return nil, runbox.Errorf(runbox.EGatewayQuota, "%d files given; at most %d per call", len(files), maxFiles)
 	}
 	out := make([]File, 0, len(files))
 	seen := map[string]bool{}
-	for p, content := range files {
-		clean, err := checkPath(p)
+	for _, f := range files {
+		clean, err := checkPath(f.Path)
 		if err != nil {
 			return nil, err
 		}
-		if len(content) > maxBytes {
-			return nil, runbox.Errorf(runbox.EFileSizeExceeded, "%s has %d bytes; at most %d per file", shorten(p), len(content), maxBytes)
+		data, err := f.Data(maxBytes)
+		if err != nil {
+			return nil, err
 		}
 		if seen[clean] {
 			return nil, runbox.Errorf(runbox.EInvalid, "%s is given twice", shorten(clean))
 		}
 		seen[clean] = true
-		out = append(out, File{Path: clean, Data: []byte(content)})
+		out = append(out, File{Path: clean, Data: data})
 	}
 	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 const (
@@ -72,10 +72,11 @@ type Client struct {
 	in *asynq.Inspector
 }
 
-// NewClient returns a client on rdb, whose connections the process shares
-// with the store (and, in an executor, asynq's server): one pool per
-// process. Closing rdb is the caller's.
-func NewClient(rdb redis.UniversalClient) *Client {
+// NewClient returns a client on conn, whose connections the process
+// shares with the store (and, in an executor, asynq's server): one pool
+// per process. Closing conn is the caller's.
+func NewClient(conn *store.Conn) *Client {
+	rdb := conn.Redis()
 	return &Client{c: asynq.NewClientFromRedisClient(rdb), in: asynq.NewInspectorFromRedisClient(rdb)}
 }
 
@@ -123,10 +124,10 @@ func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duratio
 // dashboard, asynqmon) the process's one client, so that they open no pool
 // of their own. What is made from it must not be closed: the client is the
 // process's.
-type SharedConn struct{ Client redis.UniversalClient }
+type SharedConn struct{ Conn *store.Conn }
 
 // MakeRedisClient implements asynq.RedisConnOpt.
-func (c SharedConn) MakeRedisClient() any { return c.Client }
+func (c SharedConn) MakeRedisClient() any { return c.Conn.Redis() }
 
 // Logger adapts slog to asynq's logger.
 type Logger struct{ L *slog.Logger }

@@ -42,10 +42,12 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	// A conversation's runs go to the executor that holds its sandbox
-	// (and kept interpreter) while it lives; to any executor otherwise. A
-	// run stranded in the queue of an executor that died is enqueued again
-	// by Sweep, then in the shared queue.
+	return s.EnqueueSpec(ctx, id, spec)
+}
+
+// EnqueueSpec queues a run that heads its conversation, as Enqueue does,
+// for a caller that has its spec (it made the run).
+func (s *Scheduler) EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error {
 	owner, err := s.store.Owner(ctx, spec.ConversationID)
 	if err != nil {
 		return err
@@ -54,16 +56,16 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 }
 
 // EnqueueFor queues a run for executor, which runs its conversation's
-// live runs (store.Claimed.Elsewhere).
-func (s *Scheduler) EnqueueFor(ctx context.Context, id, executor string) error {
-	spec, err := s.store.Spec(ctx, id)
-	if err != nil {
-		return err
-	}
+// live runs (store.Claimed.Elsewhere); spec is the run's, from the claim.
+func (s *Scheduler) EnqueueFor(ctx context.Context, id string, spec runbox.Spec, executor string) error {
 	return s.enqueue(ctx, id, spec, executor)
 }
 
-// enqueue queues a run for owner, or for any executor when owner is "".
+// enqueue queues a run for owner, or for any executor when owner is "". A
+// conversation's runs go to the executor that holds its sandbox (and kept
+// interpreter) while it lives; to any executor otherwise. A run stranded
+// in the queue of an executor that died is enqueued again by Sweep, then
+// in the shared queue.
 func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, owner string) error {
 	q := Name
 	if owner != "" {
@@ -81,9 +83,16 @@ func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, ow
 	return nil
 }
 
-// Sweep moves on every conversation whose head has ended, and enqueues
-// heads and parallel runs that were never enqueued.
+// Sweep moves on every conversation whose head has ended, enqueues
+// heads and parallel runs that were never enqueued, and lets in the runs
+// of batches waiting in their clients' gates that now have room (a
+// process that ended a run may have died before it let the next in).
 func (s *Scheduler) Sweep(ctx context.Context) {
+	if n, err := s.store.ReleaseGated(ctx); err != nil {
+		s.log.Warn("let in waiting runs of batches", "err", err)
+	} else if n > 0 {
+		s.log.Debug("let in waiting runs of batches", "runs", n)
+	}
 	heads, err := s.store.Heads(ctx)
 	if err != nil {
 		s.log.Warn("sweep conversations", "err", err)

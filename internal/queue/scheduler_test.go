@@ -20,8 +20,9 @@ import (
 func TestSweepRepairsHandOver(t *testing.T) {
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
-	q := NewClient(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	q := NewClient(conn)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
@@ -65,8 +66,9 @@ func TestSweepRepairsHandOver(t *testing.T) {
 func TestSweepReplacesArchivedHead(t *testing.T) {
 	url := testenv.Redis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
-	q := NewClient(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	q := NewClient(conn)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	_, _, err := st.CreateRun(ctx, store.NewRun{
@@ -135,8 +137,9 @@ func waitState(t *testing.T, insp *asynq.Inspector, id string, want asynq.TaskSt
 func TestEnqueueFollowsOwner(t *testing.T) {
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
-	q := NewClient(rdb)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	q := NewClient(conn)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
@@ -188,8 +191,9 @@ func TestEnqueueFollowsOwner(t *testing.T) {
 func TestSweepEnqueuesParallelRuns(t *testing.T) {
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
-	sched := NewScheduler(st, NewClient(rdb), slog.New(slog.DiscardHandler))
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	sched := NewScheduler(st, NewClient(conn), slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	create := func(id string, at time.Time) {
 		_, _, err := st.CreateRun(ctx, store.NewRun{
@@ -207,7 +211,7 @@ func TestSweepEnqueuesParallelRuns(t *testing.T) {
 	create("cancelled", old)
 	create("young", time.Now())
 	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1"}, time.Minute)
-	if c, err := st.ClaimFor(ctx, "live", "conv", "ex1", time.Minute, 0); err != nil || !c.OK {
+	if c, err := st.ClaimFor(ctx, "live", "ex1", time.Minute, 0); err != nil || !c.OK {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	st.Finish(ctx, "cancelled", store.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,

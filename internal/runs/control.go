@@ -45,22 +45,12 @@ func (s *Service) cancel(ctx context.Context, id string, graceful bool) (runbox.
 		return "", err
 	}
 	if run.Status == runbox.StatusQueued {
-		res := &runbox.Result{RunID: id, ConversationID: run.ConversationID, ExitCode: -1, Cancelled: true,
-			Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}
-		a, err := s.store.Finish(ctx, id, store.Ending{
-			From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled, Result: res,
-			Events: []runbox.Event{{TS: time.Now(), Type: runbox.EventCancelled}}, Conversation: run.ConversationID,
-		})
-		if err != nil {
+		if run.Status, err = s.endQueued(ctx, run); err != nil {
 			return "", err
 		}
-		if a.Done {
-			if err := s.sched.Enqueue(ctx, a.Next); err != nil {
-				s.log.Warn("enqueue the conversation's next run; the sweep will", "run", a.Next, "err", err)
-			}
-			return runbox.StatusCancelled, nil
+		if run.Status == runbox.StatusCancelled {
+			return run.Status, nil
 		}
-		run.Status = a.Status // it started meanwhile
 	}
 	if run.Status.Final() {
 		return run.Status, nil
@@ -82,6 +72,28 @@ func (s *Service) cancel(ctx context.Context, id string, graceful bool) (runbox.
 		return "", err
 	}
 	return run.Status, nil
+}
+
+// endQueued cancels a queued run, which then never starts, and enqueues
+// its conversation's next. It returns the run's status: cancelled, or
+// the one it reached meanwhile (it started).
+func (s *Service) endQueued(ctx context.Context, run runbox.Run) (runbox.Status, error) {
+	res := &runbox.Result{RunID: run.ID, ConversationID: run.ConversationID, ExitCode: -1, Cancelled: true,
+		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}
+	a, err := s.store.Finish(ctx, run.ID, store.Ending{
+		From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled, Result: res,
+		Events: []runbox.Event{{TS: time.Now(), Type: runbox.EventCancelled}}, Conversation: run.ConversationID,
+	})
+	if err != nil {
+		return "", err
+	}
+	if !a.Done {
+		return a.Status, nil
+	}
+	if err := s.sched.Enqueue(ctx, a.Next); err != nil {
+		s.log.Warn("enqueue the conversation's next run; the sweep will", "run", a.Next, "err", err)
+	}
+	return runbox.StatusCancelled, nil
 }
 
 // SendStdin sends input to an interactive run; eof closes its stdin.
@@ -116,7 +128,9 @@ func (s *Service) List(ctx context.Context, cid string) ([]runbox.Run, error) {
 			return nil, err
 		}
 	}
-	all, err := s.store.Runs(ctx, client(ctx), key, listLimit)
+	// The client's runs in the conversations the caller may reach: not
+	// those of its other MCP sessions.
+	all, err := s.store.RunsWhere(ctx, client(ctx), key, listLimit, func(r runbox.Run) bool { return owns(ctx, r.ConversationID) })
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -45,6 +46,41 @@ func (s *Service) AdmitEgress(ctx context.Context, spec *runbox.Spec) error {
 		return err
 	}
 	spec.PackageDomains = allow.Strings()
+	return nil
+}
+
+// AdmitSecrets checks the secrets a run asks for (by name) before
+// anything runs: each must be one of the operator's (SANDBOX_SECRETS_FILE)
+// that the client's tier allows (its secrets, all of them if it names
+// none), else the error egress_denied, naming it (an unknown secret and
+// one the client may not use are told apart by no one); and the run's env
+// may not set the variable that holds a secret's placeholder. A secret's
+// domains need not be among the run's network.allowed_domains nor the
+// client's allowlist: the operator who gave it its domains and the tier
+// allowed its requests there.
+func (s *Service) AdmitSecrets(ctx context.Context, spec *runbox.Spec) error {
+	if len(spec.Secrets) == 0 {
+		spec.Secrets = nil
+		return nil
+	}
+	if len(spec.Secrets) > egress.MaxRunSecrets {
+		return runbox.Errorf(runbox.EInvalid, "secrets has %d entries; the limit is %d", len(spec.Secrets), egress.MaxRunSecrets)
+	}
+	allowed := auth.Tier(ctx).Secrets
+	out := make([]string, 0, len(spec.Secrets))
+	for _, name := range spec.Secrets {
+		sec, ok := s.limits.Secrets[name]
+		if !ok || allowed != nil && !slices.Contains(allowed, name) {
+			return runbox.Errorf(runbox.EEgressDenied, "secret %q is not among the secrets this client may use", truncate(name, 64))
+		}
+		if _, set := spec.Env[sec.EnvName()]; set {
+			return runbox.Errorf(runbox.EInvalid, "env sets %s, which holds the placeholder of secret %s", sec.EnvName(), name)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	spec.Secrets = out
 	return nil
 }
 

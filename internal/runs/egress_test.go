@@ -74,3 +74,49 @@ func TestAdmitEgress(t *testing.T) {
 func containsAny(s string, subs []string) bool {
 	return slices.ContainsFunc(subs, func(sub string) bool { return sub != "" && strings.Contains(s, strings.ToLower(sub)) })
 }
+
+func TestAdmitSecrets(t *testing.T) {
+	secrets := egress.Secrets{"openai": {Name: "openai"}, "github": {Name: "github"}}
+	s := NewService(nil, nil, nil, Limits{Secrets: secrets}, slog.New(slog.DiscardHandler))
+	tier := func(names ...string) context.Context {
+		return auth.WithClient(context.Background(), clients.Client{Name: "c", Tier: clients.Tier{Secrets: names}})
+	}
+	any := context.Background()
+	many := make([]string, egress.MaxRunSecrets+1)
+	for i := range many {
+		many[i] = "openai"
+	}
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		spec     runbox.Spec
+		wantCode string
+		want     []string
+	}{
+		{"none", any, runbox.Spec{Secrets: []string{}}, "", nil},
+		{"a tier that names none may use all", any, runbox.Spec{Secrets: []string{"openai", "github", "openai"}}, "", []string{"openai", "github"}},
+		{"within the tier's", tier("github"), runbox.Spec{Secrets: []string{"github"}}, "", []string{"github"}},
+		{"outside the tier's", tier("github"), runbox.Spec{Secrets: []string{"openai"}}, runbox.EEgressDenied, nil},
+		{"a tier with none", tier([]string{}...), runbox.Spec{Secrets: []string{"github"}}, runbox.EEgressDenied, nil},
+		{"an unknown one", any, runbox.Spec{Secrets: []string{"stripe"}}, runbox.EEgressDenied, nil},
+		{"names are exact", any, runbox.Spec{Secrets: []string{"OpenAI"}}, runbox.EEgressDenied, nil},
+		{"env sets the placeholder's variable", any, runbox.Spec{Secrets: []string{"openai"}, Env: map[string]string{"OPENAI": "sk-real"}},
+			runbox.EInvalid, nil},
+		{"too many", any, runbox.Spec{Secrets: many}, runbox.EInvalid, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tt.spec
+			err := s.AdmitSecrets(tt.ctx, &spec)
+			if runbox.ErrorCode(err) != tt.wantCode && !(tt.wantCode == "" && err == nil) {
+				t.Fatalf("error %v, want %q", err, tt.wantCode)
+			}
+			if err == nil && !slices.Equal(spec.Secrets, tt.want) {
+				t.Errorf("secrets %v, want %v", spec.Secrets, tt.want)
+			}
+			if tt.wantCode == runbox.EEgressDenied && !strings.Contains(runbox.ErrorMessage(err), tt.spec.Secrets[0]) {
+				t.Errorf("message %q names no secret", runbox.ErrorMessage(err))
+			}
+		})
+	}
+}

@@ -5,7 +5,8 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
-	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/sessions"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 )
 
 // Runs belong to the client whose conversation they run in. Inside the
@@ -22,15 +23,24 @@ func client(ctx context.Context) string {
 	return runbox.DefaultClient
 }
 
+// An MCP session's conversation is reached only within that session
+// (sessions.Reaches): another session of the same client finds neither
+// its runs nor the conversation, as if they were another client's.
+
 // ConversationKey returns the key of the caller's conversation id.
 func ConversationKey(ctx context.Context, id string) (string, error) {
-	return runbox.ConversationKey(client(ctx), id)
+	key, err := runbox.ConversationKey(client(ctx), id)
+	if err == nil && !sessions.Reaches(ctx, id) {
+		return "", runbox.Errorf(runbox.ENotFound, "no conversation %s: an MCP session's conversation is reached only within that session", id)
+	}
+	return key, err
 }
 
-// owns reports whether the caller owns the conversation key.
+// owns reports whether the caller owns the conversation key, and may
+// reach it.
 func owns(ctx context.Context, key string) bool {
-	c, _, ok := runbox.ParseConversationKey(key)
-	return ok && c == client(ctx)
+	c, id, ok := runbox.ParseConversationKey(key)
+	return ok && c == client(ctx) && sessions.Reaches(ctx, id)
 }
 
 // conversationID is the id a client knows its conversation key by.
@@ -59,7 +69,7 @@ func publicResult(r *runbox.Result) *runbox.Result {
 
 // Watch follows a run's events, as its client sees them.
 type Watch struct {
-	w *store.Watch
+	w *stream.Watch
 }
 
 // Next returns the run's next event; after the done event, io.EOF.

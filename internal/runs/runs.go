@@ -22,6 +22,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 )
 
 // Limits bound what a run may ask for.
@@ -44,6 +45,9 @@ type Limits struct {
 	EgressAllow egress.Patterns
 	// EgressReachable says whether any client may ask for egress at all.
 	EgressReachable bool
+	// Secrets are the operator's secrets runs may ask for, without their
+	// values (the executors hold those).
+	Secrets egress.Secrets
 }
 
 // Bounds of a run's environment variables.
@@ -84,6 +88,8 @@ type Request struct {
 	Network        *runbox.Network   `json:"network,omitempty" jsonschema:"what the program may reach outside its sandbox, over HTTP(S) through runbox's proxy (HTTP_PROXY is set for it): {allowed_domains: [...]} within this client's allowlist; without it the program has no network; the result's egress lists each connection"`
 	Packages       []string          `json:"packages,omitempty" jsonschema:"python: pip requirements (requests==2.32.3); typescript: npm packages; installed into the conversation, for this and later runs and the kept interpreter, before the code runs, from the index this client's allowlist lets it reach"`
 	Background     bool              `json:"background,omitempty" jsonschema:"keep the program running after the call returns (a server): the call answers once it has started, with running: true and its output so far; reach its port with get_preview_url, follow it with get_run, end it with cancel_run; it also ends when idle (no output, no preview traffic) for SANDBOX_SERVER_TTL or out of the client's run-seconds"`
+	Secrets        []string          `json:"secrets,omitempty" jsonschema:"names of the operator's secrets the program's HTTPS requests to their domains carry (e.g. [\"openai\"]): the program finds a placeholder under the name upper-cased (OPENAI), never the value; runbox's proxy adds the value to the requests to the secret's domains, which the run may reach"`
+	CallbackURL    string            `json:"callback_url,omitempty" jsonschema:"an https URL runbox POSTs the run's record to when it ends, signed per Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature); its host must be one this client's callbacks may go to"`
 }
 
 // StartRequest is start_run's arguments and the body of POST /v1/runs.
@@ -109,6 +115,8 @@ func (r Request) Spec() runbox.Spec {
 		Network:        r.Network,
 		Packages:       r.Packages,
 		Background:     r.Background,
+		Secrets:        r.Secrets,
+		CallbackURL:    r.CallbackURL,
 	}
 }
 
@@ -122,17 +130,29 @@ func (r StartRequest) Spec() runbox.Spec {
 // Service submits and follows runs.
 type Service struct {
 	store  *store.Store
-	hub    *store.Hub
+	hub    *stream.Hub
 	sched  *queue.Scheduler
 	limits Limits
 	log    *slog.Logger
 	// Metrics, when set before use, counts each client's calls, runs and
 	// refusals.
 	Metrics *clients.Metrics
+	// Callbacks, when set before use, checks where runs' webhooks go;
+	// without it a run may not ask for one.
+	Callbacks Callbacks
+}
+
+// Callbacks check where runs' webhooks go (internal/webhooks).
+type Callbacks interface {
+	// Callback checks url as client's callback, or with url empty and
+	// fallback set, gives the client's default; zero: none.
+	Callback(ctx context.Context, client, url string, fallback bool) (store.Callback, error)
+	// Admit refuses n more webhooks of client past its bound.
+	Admit(ctx context.Context, client string, n int) error
 }
 
 // NewService returns a Service.
-func NewService(st *store.Store, hub *store.Hub, sched *queue.Scheduler, limits Limits, log *slog.Logger) *Service {
+func NewService(st *store.Store, hub *stream.Hub, sched *queue.Scheduler, limits Limits, log *slog.Logger) *Service {
 	return &Service{store: st, hub: hub, sched: sched, limits: limits, log: log}
 }
 
@@ -239,6 +259,9 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if err := s.AdmitEgress(ctx, &spec); err != nil {
 		return runbox.Run{}, err
 	}
+	if err := s.AdmitSecrets(ctx, &spec); err != nil {
+		return runbox.Run{}, err
+	}
 	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {
 		return runbox.Run{}, err
 	}
@@ -255,12 +278,50 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if spec.Language, err = s.checkLanguage(ctx, spec.Language); err != nil {
 		return runbox.Run{}, err
 	}
-	return s.enqueue(ctx, spec, idempotencyKey)
+	cb, err := s.callback(ctx, spec.CallbackURL, true)
+	if err != nil {
+		return runbox.Run{}, err
+	}
+	if err := s.admitWebhooks(ctx, webhooksOf(cb)); err != nil {
+		return runbox.Run{}, err
+	}
+	return s.enqueue(ctx, spec, idempotencyKey, cb)
+}
+
+// callback checks where a run's webhooks go: url, or with url empty and
+// fallback set, the client's default.
+func (s *Service) callback(ctx context.Context, url string, fallback bool) (store.Callback, error) {
+	if s.Callbacks == nil {
+		if url != "" {
+			return store.Callback{}, runbox.Errorf(runbox.EUnavailable, "callback_url: webhooks are not served here")
+		}
+		return store.Callback{}, nil
+	}
+	return s.Callbacks.Callback(ctx, client(ctx), url, fallback)
+}
+
+// webhooksOf is how many webhooks a run with cb may write.
+func webhooksOf(cb store.Callback) int {
+	switch {
+	case cb.URL == "":
+		return 0
+	case cb.Started:
+		return 2
+	}
+	return 1
+}
+
+// admitWebhooks refuses n more webhooks of the caller past its bound.
+func (s *Service) admitWebhooks(ctx context.Context, n int) error {
+	if n == 0 || s.Callbacks == nil {
+		return nil
+	}
+	return s.Callbacks.Admit(ctx, client(ctx), n)
 }
 
 // enqueue records a checked run as queued and enqueues it, or lets it
-// wait behind the runs of its conversation.
-func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
+// wait behind the runs of its conversation; cb is where its webhooks go.
+func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string, cb store.Callback) (runbox.Run, error) {
 	run := runbox.Run{
 		ID:             "run_" + randomHex(12),
 		ConversationID: spec.ConversationID,
@@ -273,7 +334,7 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	// executor's started event can never come first.
 	adm, id, err := s.store.CreateRun(ctx, store.NewRun{
 		Run: run, Spec: spec, Client: auth.Client(ctx), IdempotencyKey: idempotencyKey, MaxWaiting: s.limits.MaxWaiting,
-		Parallel: spec.Parallel,
+		Parallel: spec.Parallel, Callback: cb,
 	})
 	if err != nil {
 		return runbox.Run{}, err
@@ -283,7 +344,7 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	case store.Exists:
 		return s.Get(ctx, id)
 	case store.Enqueue:
-		if err := s.sched.Enqueue(ctx, id); err != nil {
+		if err := s.sched.EnqueueSpec(ctx, id, spec); err != nil {
 			// Recorded as its conversation's head: the sweep enqueues it.
 			s.log.Warn("enqueue run; the sweep will", "run", id, "err", err)
 		}
@@ -298,12 +359,18 @@ func (s *Service) checkLanguage(ctx context.Context, lang string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if len(runners) == 0 {
-		return "", runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
-	}
 	names := make([]string, len(runners))
 	for i, r := range runners {
 		names[i] = r.Language
+	}
+	return languageIn(names, lang)
+}
+
+// languageIn returns the language of names (those the live executors
+// offer) that runs lang.
+func languageIn(names []string, lang string) (string, error) {
+	if len(names) == 0 {
+		return "", runbox.Errorf(runbox.EUnavailable, "no executor is running; try again shortly")
 	}
 	switch {
 	case slices.Contains(names, lang):

@@ -11,8 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/sessions"
 	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -69,10 +73,11 @@ func newService(t *testing.T) (*Service, *store.Store, redis.UniversalClient) {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
-	st := store.New(rdb)
-	hub := store.NewHub(st, slog.New(slog.DiscardHandler))
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	hub := stream.NewHub(conn, st, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { hub.Close() })
-	q := queue.NewClient(rdb)
+	q := queue.NewClient(conn)
 	log := slog.New(slog.DiscardHandler)
 	return NewService(st, hub, queue.NewScheduler(st, q, log), limits, log), st, rdb
 }
@@ -161,5 +166,74 @@ func TestMaxSessions(t *testing.T) {
 	}
 	if _, err := s.Submit(ctx, runbox.Spec{Language: "python", Code: "x", ConversationID: "held", Parallel: true}, ""); err != nil {
 		t.Fatalf("a conversation with a sandbox at the limit: %v", err)
+	}
+}
+
+// TestSessionScope: an MCP session's conversation is reached only within
+// that session. Another session of the same client — or a call outside
+// any session — finds neither its runs (get, cancel, stdin, list) nor
+// the conversation, and learns nothing of its id.
+func TestSessionScope(t *testing.T) {
+	s, st, _ := newService(t)
+	ctx := auth.WithClient(context.Background(), clients.Client{Name: "alice"})
+	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "shell"}, {Language: "bash"}}}, time.Minute)
+	a := sessions.Ref{Client: "alice", ID: strings.Repeat("A", 26)}
+	b := sessions.Ref{Client: "alice", ID: strings.Repeat("B", 26)}
+	inA, inB, outside := sessions.With(ctx, a), sessions.With(ctx, b), ctx
+	mine, err := s.Submit(inA, runbox.Spec{Language: "shell", Code: "x", ConversationID: sessions.Conversation(a), Interactive: true}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := s.Submit(outside, runbox.Spec{Language: "bash", Code: "x", ConversationID: "shared"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func(ctx context.Context) string {
+		list, err := s.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range list {
+			ids = append(ids, r.ID+"@"+r.ConversationID)
+		}
+		return strings.Join(ids, ",")
+	}
+	if got := listed(inA); !strings.Contains(got, mine.ID) || !strings.Contains(got, shared.ID) {
+		t.Errorf("its own session lists %s", got)
+	}
+	for name, other := range map[string]context.Context{"another session": inB, "no session": outside} {
+		if got := listed(other); strings.Contains(got, mine.ID) || strings.Contains(got, a.ID) || !strings.Contains(got, shared.ID) {
+			t.Errorf("%s lists %s", name, got)
+		}
+		if _, err := s.Get(other, mine.ID); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: get %v", name, err)
+		}
+		if _, err := s.Cancel(other, mine.ID); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: cancel %v", name, err)
+		}
+		if err := s.SendStdin(other, mine.ID, "x", false); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: send_stdin %v", name, err)
+		}
+		if _, err := s.Poll(other, mine.ID, 0, 0); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: poll %v", name, err)
+		}
+		if _, err := s.List(other, sessions.Conversation(a)); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: list of the conversation %v", name, err)
+		}
+		if _, err := s.Submit(other, runbox.Spec{Language: "bash", Code: "x", ConversationID: sessions.Conversation(a)}, ""); runbox.ErrorCode(err) != runbox.ENotFound {
+			t.Errorf("%s: a run in the conversation: %v", name, err)
+		}
+	}
+	// The sessionless scope is the calls' outside any session, not a
+	// session's.
+	if _, err := s.Submit(inA, runbox.Spec{Language: "bash", Code: "x", ConversationID: "mcp-sessionless"}, ""); runbox.ErrorCode(err) != runbox.ENotFound {
+		t.Errorf("a session reached the sessionless scope: %v", err)
+	}
+	if _, err := s.Submit(outside, runbox.Spec{Language: "bash", Code: "x", ConversationID: "mcp-sessionless"}, ""); err != nil {
+		t.Errorf("the sessionless scope: %v", err)
+	}
+	if err := s.SendStdin(inA, mine.ID, "x", false); err != nil {
+		t.Errorf("its own session's stdin: %v", err)
 	}
 }

@@ -48,19 +48,29 @@ func (s *Service) admitRun(ctx context.Context, key string) error {
 				"this client has %d runs queued or running, its limit; retry when one has finished", n)
 		}
 	}
-	if tier.RunSecondsPerDay > 0 {
-		used, err := s.store.RunSeconds(ctx, c)
-		if err != nil {
-			return err
-		}
-		if used >= int64(tier.RunSecondsPerDay) {
-			now := time.Now().UTC()
-			midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-			return runbox.Limited(runbox.EQuotaExceeded, midnight.Sub(now),
-				"this client's runs took %d of its %d seconds today (UTC)", used, tier.RunSecondsPerDay)
-		}
+	if err := s.admitRunSeconds(ctx); err != nil {
+		return err
 	}
 	return s.AdmitConversation(ctx, key)
+}
+
+// admitRunSeconds holds a new run to its client's run_seconds_per_day.
+func (s *Service) admitRunSeconds(ctx context.Context) error {
+	tier := auth.Tier(ctx)
+	if tier.RunSecondsPerDay == 0 {
+		return nil
+	}
+	used, err := s.store.RunSeconds(ctx, client(ctx))
+	if err != nil {
+		return err
+	}
+	if used >= int64(tier.RunSecondsPerDay) {
+		now := time.Now().UTC()
+		midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		return runbox.Limited(runbox.EQuotaExceeded, midnight.Sub(now),
+			"this client's runs took %d of its %d seconds today (UTC)", used, tier.RunSecondsPerDay)
+	}
+	return nil
 }
 
 // admitSandbox holds a run of a conversation that holds no sandbox to
@@ -72,6 +82,15 @@ func (s *Service) admitSandbox(ctx context.Context, key string) error {
 	owner, err := s.store.Owner(ctx, key)
 	if err != nil || owner != "" {
 		return err
+	}
+	return s.admitSandboxes(ctx)
+}
+
+// admitSandboxes refuses runs of conversations holding no sandbox while
+// the service holds SANDBOX_MAX_SESSIONS.
+func (s *Service) admitSandboxes(ctx context.Context) error {
+	if s.limits.MaxSessions == 0 {
+		return nil
 	}
 	n, err := s.store.Conversations(ctx)
 	if err != nil {
@@ -99,6 +118,13 @@ func (s *Service) AdmitConversation(ctx context.Context, key string) error {
 			"this client may start %d new conversations an hour; use an existing conversationId or retry later",
 			tier.NewConversationsPerHour)
 	}
+	return s.admitStorage(ctx)
+}
+
+// admitStorage holds a use of a conversation to its client's
+// storage_bytes.
+func (s *Service) admitStorage(ctx context.Context) error {
+	tier, c := auth.Tier(ctx), client(ctx)
 	if tier.StorageBytes > 0 && s.limits.ClientStorage != nil {
 		used, err := s.limits.ClientStorage(ctx, c)
 		if err != nil {
@@ -128,6 +154,38 @@ func (s *Service) AllowCall(ctx context.Context) error {
 	if wait > 0 {
 		s.Metrics.Limited(c, runbox.ERateLimited)
 		return runbox.Limited(runbox.ERateLimited, wait, "this client may make %d calls a minute", limit)
+	}
+	return nil
+}
+
+// AdmitForks holds forks of a conversation to the caller's tier before
+// anything is copied: their bytes, over its files, within storage_bytes;
+// the conversation keys, new, within new_conversations_per_hour (counted
+// here, all at once).
+func (s *Service) AdmitForks(ctx context.Context, keys []string, bytes int64) error {
+	tier, c := auth.Tier(ctx), client(ctx)
+	if tier.StorageBytes > 0 && s.limits.ClientStorage != nil {
+		used, err := s.limits.ClientStorage(ctx, c)
+		if err != nil {
+			return err
+		}
+		if used+bytes > tier.StorageBytes {
+			return runbox.Limited(runbox.EQuotaExceeded, storageRetry,
+				"the forks would take %d bytes, and this client's files take %d of its %d; delete some (close_session) first",
+				bytes, used, tier.StorageBytes)
+		}
+	}
+	wait, err := s.store.AllowConversations(ctx, c, keys, tier.NewConversationsPerHour)
+	switch {
+	case err != nil:
+		return err
+	case wait < 0:
+		return runbox.Errorf(runbox.ERateLimited,
+			"this client may start %d new conversations an hour, fewer than the %d forks asked", tier.NewConversationsPerHour, len(keys))
+	case wait > 0:
+		return runbox.Limited(runbox.ERateLimited, wait,
+			"this client may start %d new conversations an hour, and %d forks would pass it; retry later",
+			tier.NewConversationsPerHour, len(keys))
 	}
 	return nil
 }

@@ -10,10 +10,13 @@
 package s3store
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/runbox-dev/runbox"
@@ -300,7 +304,7 @@ func (s *Store) Remove(ctx context.Context, conv string) error {
 	for rerr := range s.mc.RemoveObjects(ctx, s.bucket, objs, minio.RemoveObjectsOptions{}) {
 		errs = append(errs, rerr.Err)
 	}
-	errs = append(errs, <-listErr)
+	errs = append(errs, <-listErr, s.RemoveState(ctx, conv))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove conversation files: %w", err)
 	}
@@ -308,7 +312,19 @@ func (s *Store) Remove(ctx context.Context, conv string) error {
 }
 
 // usage sums the sizes of a conversation's objects, all of them.
+// usage returns the bytes a conversation takes: its files, and its saved
+// interpreter state (beside them, stateKey), as on the host store.
 func (s *Store) usage(ctx context.Context, conv string) (int64, error) {
+	used, err := s.filesUsage(ctx, conv)
+	if err != nil {
+		return 0, err
+	}
+	state, err := s.stateSize(ctx, conv)
+	return used + state, err
+}
+
+// filesUsage returns the bytes of a conversation's files.
+func (s *Store) filesUsage(ctx context.Context, conv string) (int64, error) {
 	prefix, err := s.convPrefix(conv)
 	if err != nil {
 		return 0, err
@@ -327,4 +343,232 @@ func (s *Store) ClientUsage(ctx context.Context, client string) (int64, error) {
 		return 0, runbox.Errorf(runbox.EInvalid, "invalid client")
 	}
 	return s.sum(ctx, s.prefix+client+"/")
+}
+
+func (s *Store) Usage(ctx context.Context, conv string) (int64, error) { return s.usage(ctx, conv) }
+
+// maxCopying bounds the server-side copies a fork has in flight.
+const maxCopying = 8
+
+// Fork copies every object of src to dst with server-side copies: no byte
+// passes through the service. Objects whose keys are not names a run could
+// have written are left out, as List leaves them. Installed packages stay
+// in executors' working copies and are not in the bucket: the fork has
+// none (Forked.Packages is false). S3 has no rename: a fork that fails
+// removes what it copied.
+func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error) {
+	from, err := s.convPrefix(src)
+	if err != nil {
+		return runbox.Forked{}, err
+	}
+	to, err := s.convPrefix(dst)
+	if err != nil || src == dst {
+		return runbox.Forked{}, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	if exists, err := s.Exists(ctx, dst); err != nil || exists {
+		return runbox.Forked{}, cmp.Or(err, error(files.ErrForkExists))
+	}
+	var objs []minio.ObjectInfo
+	err = s.list(ctx, from, func(obj minio.ObjectInfo) bool {
+		if name, err := files.CleanName(strings.TrimPrefix(obj.Key, from)); err == nil && from+name == obj.Key {
+			objs = append(objs, obj)
+		}
+		return true
+	})
+	if err != nil {
+		return runbox.Forked{}, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(maxCopying)
+	for _, obj := range objs {
+		g.Go(func() error {
+			_, err := s.mc.CopyObject(gctx,
+				minio.CopyDestOptions{Bucket: s.bucket, Object: to + strings.TrimPrefix(obj.Key, from)},
+				minio.CopySrcOptions{Bucket: s.bucket, Object: obj.Key})
+			if err != nil {
+				return fmt.Errorf("copy %s: %w", strings.TrimPrefix(obj.Key, from), err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		// Not on ctx: a cancelled fork must still go.
+		if rerr := s.Remove(context.WithoutCancel(ctx), dst); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return runbox.Forked{}, err
+	}
+	done := runbox.Forked{Files: len(objs), Cloned: len(objs)}
+	for _, obj := range objs {
+		done.Bytes += obj.Size
+	}
+	return done, nil
+}
+
+// Archive keeps the audit log's segments (audit.Archive) in the bucket,
+// under "<prefix>.audit/": no client's name starts with '.', so no
+// conversation's files are there.
+type Archive struct{ s *Store }
+
+// AuditArchive returns the bucket's archive of the audit log.
+func (s *Store) AuditArchive() *Archive { return &Archive{s: s} }
+
+func (a *Archive) key(name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/\\") || strings.HasPrefix(name, ".") {
+		return "", fmt.Errorf("audit archive: %q is not a segment's name", name)
+	}
+	return a.s.prefix + ".audit/" + name, nil
+}
+
+func (a *Archive) Put(ctx context.Context, name string, data []byte) error {
+	key, err := a.key(name)
+	if err != nil {
+		return err
+	}
+	if _, err := a.s.mc.PutObject(ctx, a.s.bucket, key, bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: "application/jsonl"}); err != nil {
+		return fmt.Errorf("audit archive: store %s: %w", name, err)
+	}
+	return nil
+}
+
+func (a *Archive) Get(ctx context.Context, name string) ([]byte, error) {
+	key, err := a.key(name)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := a.s.mc.GetObject(ctx, a.s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("audit archive: read %s: %w", name, err)
+	}
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	if isNotFound(err) {
+		return nil, fmt.Errorf("audit archive: %s: %w", name, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit archive: read %s: %w", name, err)
+	}
+	return b, nil
+}
+
+func (a *Archive) Remove(ctx context.Context, name string) error {
+	key, err := a.key(name)
+	if err != nil {
+		return err
+	}
+	if err := a.s.mc.RemoveObject(ctx, a.s.bucket, key, minio.RemoveObjectOptions{}); err != nil && !isNotFound(err) {
+		return fmt.Errorf("audit archive: remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// stateKey is where a conversation's saved interpreter state is kept
+// (internal/snapshot): beside its files' prefix, never under it, so no
+// listing, download or working copy has it; under its client's, so the
+// client's usage counts it. No conversation id has a '.'.
+func (s *Store) stateKey(conv string) (string, error) {
+	client, id, ok := runbox.ParseConversationKey(conv)
+	if !ok {
+		return "", runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	return s.prefix + client + "/" + id + ".kept-state", nil
+}
+
+// PutState stores what r yields as the conversation's saved state, or
+// fails past limit bytes, storing nothing.
+func (s *Store) PutState(ctx context.Context, conv string, r io.Reader, limit int64) (int64, error) {
+	key, err := s.stateKey(conv)
+	if err != nil {
+		return 0, err
+	}
+	lr := &limitedReader{r: r, left: limit}
+	up, err := s.mc.PutObject(ctx, s.bucket, key, lr, -1, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if lr.over {
+		return 0, files.QuotaError(s.quota)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store state: %w", err)
+	}
+	return up.Size, nil
+}
+
+// limitedReader fails once more than left bytes were read: an upload
+// then fails whole.
+type limitedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		l.over = true
+		return 0, errors.New("over the quota")
+	}
+	return n, err
+}
+
+// OpenState opens the conversation's saved state; files.ErrNotFound when
+// none.
+func (s *Store) OpenState(ctx context.Context, conv string) (io.ReadCloser, error) {
+	key, err := s.stateKey(conv)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := s.mc.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err == nil {
+		_, err = obj.Stat()
+	}
+	if err != nil {
+		if obj != nil {
+			obj.Close()
+		}
+		if isNotFound(err) {
+			return nil, files.ErrNotFound
+		}
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	return obj, nil
+}
+
+// RemoveState removes the conversation's saved state, if any.
+func (s *Store) RemoveState(ctx context.Context, conv string) error {
+	key, err := s.stateKey(conv)
+	if err != nil {
+		return err
+	}
+	if err := s.mc.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil && !isNotFound(err) {
+		return fmt.Errorf("remove state: %w", err)
+	}
+	return nil
+}
+
+// StateRoom returns how many bytes the conversation's saved state may
+// take: its quota less its files (the state it replaces is room).
+func (s *Store) StateRoom(ctx context.Context, conv string) (int64, error) {
+	used, err := s.filesUsage(ctx, conv)
+	if err != nil {
+		return 0, err
+	}
+	return max(0, s.quota-used), nil
+}
+
+// stateSize returns the bytes of the conversation's saved state, 0 for
+// none.
+func (s *Store) stateSize(ctx context.Context, conv string) (int64, error) {
+	key, err := s.stateKey(conv)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.mc.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	switch {
+	case isNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("inspect state: %w", err)
+	}
+	return info.Size, nil
 }

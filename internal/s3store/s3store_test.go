@@ -13,6 +13,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -214,5 +215,126 @@ func TestSpoolingBounded(t *testing.T) {
 	}
 	if n := spooled(); n != 0 {
 		t.Errorf("%d spool files left", n)
+	}
+}
+
+// TestFork copies a conversation's objects in the bucket: the fork has
+// them all, under the new conversation, and the two diverge from then on.
+func TestFork(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	const src, dst = "~alice~src", "~alice~fork"
+	want := map[string]string{"a.txt": "hello", "out/b.csv": "1,2", "deep/er/ünï.md": "x"}
+	for n, body := range want {
+		if _, err := s.Put(ctx, src, n, strings.NewReader(body), int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A key no run could have written is not copied.
+	if _, err := s.mc.PutObject(ctx, s.bucket, "test/alice/src/back\\slash", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Fork(ctx, src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Files != 3 || got.Cloned != 3 || got.Bytes != 9 || got.Packages {
+		t.Errorf("forked %+v, want 3 files, 9 bytes, all server-side", got)
+	}
+	read := func(conv, name string) string {
+		r, _, err := s.Open(ctx, conv, name)
+		if err != nil {
+			t.Fatalf("open %s of %s: %v", name, conv, err)
+		}
+		defer r.Close()
+		b, _ := io.ReadAll(r)
+		return string(b)
+	}
+	for n, body := range want {
+		if got := read(dst, n); got != body {
+			t.Errorf("fork's %s holds %q, want %q", n, got, body)
+		}
+	}
+	if used, err := s.Usage(ctx, dst); err != nil || used != 9 {
+		t.Errorf("fork uses %d, %v", used, err)
+	}
+	if _, err := s.Write(ctx, dst, "a.txt", strings.NewReader("fork"), 100, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(src, "a.txt"); got != "hello" {
+		t.Errorf("a write to the fork changed the source: %q", got)
+	}
+
+	if _, err := s.Fork(ctx, src, dst); runbox.ErrorCode(err) != runbox.EConversationExists {
+		t.Errorf("fork onto an existing conversation: %v", err)
+	}
+	if _, err := s.Fork(ctx, src, "../x"); runbox.ErrorCode(err) != runbox.EInvalid {
+		t.Errorf("fork to an invalid key: %v", err)
+	}
+	// A cancelled fork leaves nothing.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Fork(cctx, src, "~alice~gone"); err == nil {
+		t.Error("a cancelled fork succeeded")
+	}
+	if ok, err := s.Exists(ctx, "~alice~gone"); err != nil || ok {
+		t.Errorf("a failed fork left objects: %v, %v", ok, err)
+	}
+}
+
+// TestState: a conversation's saved interpreter state is kept beside its
+// files, never listed with them, and counts in its quota: an upload that
+// would pass the quota with it is refused, the room for a new state is
+// the quota less the files only, and the state goes with the
+// conversation.
+func TestState(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 100)
+	const conv = "~alice~kept"
+	if _, err := s.Write(ctx, conv, "a.txt", strings.NewReader(strings.Repeat("a", 20)), 100, false); err != nil {
+		t.Fatal(err)
+	}
+	if room, err := s.StateRoom(ctx, conv); err != nil || room != 80 {
+		t.Fatalf("room for state: %d, %v", room, err)
+	}
+	if _, err := s.PutState(ctx, conv, strings.NewReader(strings.Repeat("s", 81)), 80); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
+		t.Errorf("state past the room: %v", err)
+	}
+	if n, err := s.PutState(ctx, conv, strings.NewReader(strings.Repeat("s", 60)), 80); err != nil || n != 60 {
+		t.Fatalf("put state: %d, %v", n, err)
+	}
+	if used, err := s.Usage(ctx, conv); err != nil || used != 80 {
+		t.Errorf("usage with state: %d, %v", used, err)
+	}
+	if list, err := s.List(ctx, conv); err != nil || names(list) != "a.txt" {
+		t.Errorf("list: %q, %v", names(list), err)
+	}
+	// 20 of files and 60 of state leave 20.
+	tests := []struct {
+		name, file string
+		size       int
+		code       string
+	}{
+		{"past the quota with the state", "b.txt", 21, runbox.EQuotaExceeded},
+		{"within it", "b.txt", 20, ""},
+	}
+	for _, tt := range tests {
+		_, err := s.Write(ctx, conv, tt.file, strings.NewReader(strings.Repeat("b", tt.size)), 100, false)
+		if tt.code == "" && err != nil || tt.code != "" && runbox.ErrorCode(err) != tt.code {
+			t.Errorf("%s: error %v, want code %q", tt.name, err, tt.code)
+		}
+	}
+	// A state replaces the one before: its room leaves that one out.
+	if room, err := s.StateRoom(ctx, conv); err != nil || room != 60 {
+		t.Errorf("room for a new state: %d, %v", room, err)
+	}
+	if err := s.Remove(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OpenState(ctx, conv); !errors.Is(err, files.ErrNotFound) {
+		t.Errorf("state after the conversation's removal: %v", err)
+	}
+	if used, err := s.ClientUsage(ctx, "alice"); err != nil || used != 0 {
+		t.Errorf("alice uses %d, %v", used, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path"
@@ -14,87 +13,51 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/mount"
-	"github.com/moby/moby/client"
-
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
-func (m *Manager) containerConfig(runner runbox.Runner, req Request) client.ContainerCreateOptions {
+// spec is the sandbox req runs in.
+func (m *Manager) spec(runner runbox.Runner, req Request) engine.Spec {
 	limits := m.opts.Limits
 	if strings.HasPrefix(req.Language, TemplateKey("")) {
 		// The security gateway's bounds of a project's sandbox.
 		limits.Memory = min(limits.Memory, TemplateMemory)
 		limits.NanoCPUs = min(limits.NanoCPUs, TemplateNanoCPUs)
 	}
-	pids := limits.Pids
-	tmpfs := map[string]string{"/tmp": "rw,nosuid,nodev,noexec,size=" + tmpfsSize}
+	tmpfs := []engine.Tmpfs{{Target: "/tmp", Size: tmpfsSize}}
 	m.mu.Lock()
 	if size := m.execTmpfs[runner.Language]; size != "" {
-		// Without noexec: compiled programs run from here. Its pages
-		// count against the sandbox's memory, as /tmp's do.
-		tmpfs[ExecDir] = fmt.Sprintf("rw,nosuid,nodev,exec,size=%s,uid=%d,gid=%d,mode=0700", size, UID, GID)
+		// Executable: compiled programs run from here. Its pages count
+		// against the sandbox's memory, as /tmp's do.
+		tmpfs = append(tmpfs, engine.Tmpfs{Target: ExecDir, Size: size, Exec: true, Private: true})
 	}
 	m.mu.Unlock()
-	opts := client.ContainerCreateOptions{
+	return engine.Spec{
 		// A conversation key may hold '~', and a template's key '@', which
-		// container names may not.
+		// names may not.
 		Name: "runbox-" + strings.ReplaceAll(cmp.Or(req.ConversationID, "pool"), "~", ".") + "-" +
 			strings.ReplaceAll(req.Language, "@", "template-") + "-" + strings.ToLower(rand.Text()[:8]),
-		Config: &container.Config{
-			Image:           runner.Image,
-			User:            User,
-			WorkingDir:      "/data",
-			AttachStdin:     true,
-			AttachStdout:    true,
-			AttachStderr:    true,
-			OpenStdin:       true,
-			StdinOnce:       true,
-			NetworkDisabled: true,
-			Labels: map[string]string{
-				LabelManaged:      "true",
-				LabelExecutor:     m.opts.ExecutorID,
-				LabelDeployment:   m.opts.Deployment,
-				LabelRun:          req.RunID,
-				LabelConversation: req.ConversationID,
-			},
+		Image:   runner.Image,
+		User:    User,
+		WorkDir: "/data",
+		Labels: map[string]string{
+			LabelManaged:      "true",
+			LabelExecutor:     m.opts.ExecutorID,
+			LabelDeployment:   m.opts.Deployment,
+			LabelRun:          req.RunID,
+			LabelConversation: req.ConversationID,
 		},
-		HostConfig: &container.HostConfig{
-			NetworkMode:    "none",
-			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges:true"},
-			ReadonlyRootfs: true,
-			Tmpfs:          tmpfs,
-			IpcMode:        "private",
-			// The agent is PID 1 and reaps orphans itself: docker-init
-			// would run as the programs' user, within their reach.
-			Init: &noInit,
-			// What a program prints reaches the executor through the
-			// agent's frames; nothing of it is kept on the host's disk.
-			LogConfig: container.LogConfig{Type: "none"},
-			Mounts: []mount.Mount{{
-				Type:   mount.TypeBind,
-				Source: req.DataDir,
-				Target: "/data",
-			}},
-			Resources: container.Resources{
-				Memory:     limits.Memory,
-				MemorySwap: limits.Memory,
-				NanoCPUs:   limits.NanoCPUs,
-				PidsLimit:  &pids,
-				Ulimits:    m.ulimits(),
-			},
-		},
+		Limits: engine.Limits{Memory: limits.Memory, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
+			OpenFiles: openFiles, FileSize: limits.FileSize},
+		Tmpfs:  tmpfs,
+		Mounts: []engine.Mount{{Source: req.DataDir, Target: "/data"}},
 	}
-	m.opts.Runtime.configure(opts.Config, opts.HostConfig)
-	return opts
 }
 
-var noInit = false
+// openFiles bounds each program's open files.
+const openFiles = 1024
 
 // A template's sandbox (a project) gets at most 512 MB and half a core.
 const (
@@ -102,15 +65,13 @@ const (
 	TemplateNanoCPUs = 5e8
 )
 
-func (m *Manager) ulimits() []*container.Ulimit {
-	u := []*container.Ulimit{
-		{Name: "nofile", Soft: 1024, Hard: 1024},
-		{Name: "core", Soft: 0, Hard: 0},
-	}
-	if fs := m.opts.Limits.FileSize; fs > 0 {
-		u = append(u, &container.Ulimit{Name: "fsize", Soft: fs, Hard: fs})
-	}
-	return u
+// CheckRuntime checks that a sandbox of image (a runner) starts and exits
+// under the engine's runtime. An executor calls it at start, so that a
+// runtime that is missing or broken stops it with one clear line rather
+// than failing every run.
+func (m *Manager) CheckRuntime(ctx context.Context, image string) error {
+	return m.engine.Check(ctx, engine.Spec{Image: image, User: User,
+		Labels: map[string]string{LabelManaged: "true", LabelExecutor: m.opts.ExecutorID, LabelDeployment: m.opts.Deployment}})
 }
 
 // create makes, attaches to and starts a container, and waits for its
@@ -120,7 +81,7 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 	if err != nil {
 		return nil, fmt.Errorf("inspect data folder: %w", err)
 	}
-	opts := m.containerConfig(runner, req)
+	spec := m.spec(runner, req)
 	sockets, err := m.socketFolder()
 	if err != nil {
 		return nil, err
@@ -131,52 +92,27 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 				_ = os.RemoveAll(sockets)
 			}
 		}()
-		opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{
-			Type: mount.TypeBind, Source: sockets, Target: path.Dir(agent.ProxySocket), ReadOnly: true,
-		})
+		spec.Mounts = append(spec.Mounts, engine.Mount{Source: sockets, Target: path.Dir(agent.ProxySocket), ReadOnly: true})
 	}
-	// Not cancelled midway: the daemon would go on to create a container
-	// whose id we would never learn.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	created, err := m.docker.ContainerCreate(cctx, opts)
-	cancel()
+	// Standard output is the protocol; standard error the agent's own
+	// complaints, logged.
+	agentErr := newLogWriter(m.log)
+	att, err := m.engine.Create(ctx, spec, agentErr)
 	if err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	m.track(created.ID)
-	if err := ctx.Err(); err != nil {
-		m.remove(created.ID)
 		return nil, err
 	}
+	agentErr.named(shortID(att.ID))
+	m.track(att.ID)
 	defer func() {
 		if err != nil {
-			m.remove(created.ID)
+			att.Closer.Close()
+			m.remove(att.ID)
 		}
 	}()
-	// Attach before start, or early output is lost.
-	att, err := m.docker.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{
-		Stream: true, Stdin: true, Stdout: true, Stderr: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach container: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			att.Close()
-		}
-	}()
-	if _, err := m.docker.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		return nil, fmt.Errorf("start container: %w", err)
-	}
-
-	// The attach stream multiplexes stdout (the protocol) and stderr (the
-	// agent's own complaints, logged).
-	pr, pw := io.Pipe()
-	agentErr := newLogWriter(m.log.With("container", shortID(created.ID)))
 	sb := &sandbox{
-		m: m, id: created.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
-		attach: att.HijackedResponse, conn: agent.NewConn(pr, att.Conn), agentErr: agentErr, dataDir: req.DataDir,
-		sockets: sockets,
+		m: m, id: att.ID, key: warmKey{conversation: req.ConversationID, language: req.Language}, data: id,
+		attach: att.Closer, conn: agent.NewConn(att.Stdout, att.Stdin), agentErr: agentErr, dataDir: req.DataDir,
+		sockets: sockets, done: att.Done,
 	}
 	sb.conn.OnProxy(func(c net.Conn, run uint32) { m.inbound(sb, c, run) })
 	if sockets != "" {
@@ -185,13 +121,6 @@ func (m *Manager) create(ctx context.Context, runner runbox.Runner, req Request)
 			return nil, err
 		}
 	}
-	go func() {
-		_, err := stdcopy.StdCopy(pw, agentErr, att.Reader)
-		// The container stopped, or the engine went away (restarted):
-		// the sandbox is of no more use.
-		sb.dead.Store(true)
-		pw.CloseWithError(err)
-	}()
 
 	hello := make(chan error, 1)
 	go func() { _, err := sb.conn.Hello(); hello <- err }()
@@ -239,18 +168,17 @@ func (m *Manager) track(id string) {
 	m.mu.Unlock()
 }
 
-// kill stops a container now. It is called from timers and cancellation,
+// kill stops a sandbox now. It is called from timers and cancellation,
 // so it uses its own context.
 func (m *Manager) kill(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
-	if _, err := m.docker.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil &&
-		!errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+	if err := m.engine.Kill(ctx, id); err != nil {
 		m.log.Warn("kill sandbox", "container", shortID(id), "err", err)
 	}
 }
 
-// remove deletes a container whatever its state, on a context of its own:
+// remove deletes a sandbox whatever its state, on a context of its own:
 // cleanup must not depend on the request that is ending.
 func (m *Manager) remove(id string) {
 	m.forceRemove(id)
@@ -262,16 +190,7 @@ func (m *Manager) remove(id string) {
 func (m *Manager) forceRemove(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		_, err := m.docker.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if err == nil || errdefs.IsNotFound(err) {
-			return
-		}
-		// "removal already in progress" and similar pass quickly.
-		if attempt == 4 || ctx.Err() != nil {
-			m.log.Error("remove sandbox", "container", shortID(id), "err", err)
-			return
-		}
-		time.Sleep(time.Duration(100<<attempt) * time.Millisecond)
+	if err := m.engine.Remove(ctx, id); err != nil {
+		m.log.Error("remove sandbox", "container", shortID(id), "err", err)
 	}
 }

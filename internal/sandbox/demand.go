@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -10,24 +11,36 @@ import (
 // demandWindow is how far back demand looks at new conversations.
 const demandWindow = 10 * time.Second
 
+// defaultLead is how long a sandbox is taken to start until one has been
+// timed.
+const defaultLead = time.Second
+
 // demand sizes a language's pool from the rate new conversations take
-// sandboxes from it, rather than a fixed count: as many as were taken in
-// the last demandWindow — what a burst like the last one needs while the
-// pool refills — less those recycled into it meanwhile (with more
-// conversations than warm sandboxes, each new one evicts a warm sandbox,
-// which comes back to the pool: a container started for it would only be
-// removed again when a recycled one finds the pool full), at least the
-// configured count and at most a ceiling. A language configured with no
-// pool gets none.
+// sandboxes from it, rather than a fixed count. Two needs, the larger
+// wins, at least the configured count and at most a ceiling:
+//
+//   - a repeat of the last window: as many as were taken in the last
+//     demandWindow, less those recycled into the pool meanwhile (with more
+//     conversations than warm sandboxes, each new one evicts a warm
+//     sandbox, which comes back to the pool: a container started for it
+//     would only be removed again when a recycled one finds the pool full);
+//   - what is taken while a refill is on its way: the rate of the last
+//     window times how long a sandbox takes to start (lead), so that the
+//     pool does not run dry between a take and the refill it sets off,
+//     however much recycling brings back.
+//
+// A language configured with no pool gets none.
 type demand struct {
 	clock clockwork.Clock
 	mu    sync.Mutex
-	takes map[string][]time.Time // by language, oldest first
-	backs map[string][]time.Time // recycled into the pool, by language
+	takes map[string][]time.Time   // by language, oldest first
+	backs map[string][]time.Time   // recycled into the pool, by language
+	lead  map[string]time.Duration // moving average of start times, by language
 }
 
 func newDemand(clock clockwork.Clock) *demand {
-	return &demand{clock: clock, takes: map[string][]time.Time{}, backs: map[string][]time.Time{}}
+	return &demand{clock: clock, takes: map[string][]time.Time{}, backs: map[string][]time.Time{},
+		lead: map[string]time.Duration{}}
 }
 
 // took records that a conversation took a pooled sandbox of lang.
@@ -35,6 +48,17 @@ func (d *demand) took(lang string) { d.record(d.takes, lang) }
 
 // returned records that a sandbox of lang was recycled into the pool.
 func (d *demand) returned(lang string) { d.record(d.backs, lang) }
+
+// started records how long a sandbox of lang took to start, folded into
+// its moving average (a quarter weight for the newest).
+func (d *demand) started(lang string, took time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if prev, ok := d.lead[lang]; ok {
+		took = (3*prev + took) / 4
+	}
+	d.lead[lang] = took
+}
 
 func (d *demand) record(events map[string][]time.Time, lang string) {
 	d.mu.Lock()
@@ -48,9 +72,15 @@ func (d *demand) target(lang string, configured, ceiling int) int {
 		return 0
 	}
 	d.mu.Lock()
-	n := len(d.prune(d.takes, lang)) - len(d.prune(d.backs, lang))
+	takes := len(d.prune(d.takes, lang))
+	net := takes - len(d.prune(d.backs, lang))
+	lead, ok := d.lead[lang]
 	d.mu.Unlock()
-	return max(configured, min(n, ceiling))
+	if !ok {
+		lead = defaultLead
+	}
+	inLead := int(math.Ceil(float64(takes) * lead.Seconds() / demandWindow.Seconds()))
+	return max(configured, min(max(net, inLead), ceiling))
 }
 
 // prune drops the events older than the window; the caller holds d.mu.
@@ -63,4 +93,17 @@ func (d *demand) prune(events map[string][]time.Time, lang string) []time.Time {
 	}
 	events[lang] = ts[i:]
 	return events[lang]
+}
+
+// poolCeiling is the most sandboxes of a language the pool may hold:
+// maxPool (MaxPool), no more than the warm sandboxes the language may
+// keep (a pooled sandbox becomes one when a conversation adopts it), and
+// no more than fit, at their memory limit each, in budget (a share of the
+// host's available memory; no bound if either is 0).
+func poolCeiling(maxPool, maxWarm int, budget, perSandbox int64) int {
+	n := min(maxPool, maxWarm)
+	if budget > 0 && perSandbox > 0 {
+		n = min(n, int(budget/perSandbox))
+	}
+	return max(n, 0)
 }

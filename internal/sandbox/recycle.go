@@ -27,8 +27,9 @@ const resetTimeout = 20 * time.Second
 
 // recycle resets an evicted sandbox into the pool, or removes it.
 func (m *Manager) recycle(sb *sandbox) {
+	_, _ = m.pauseKept(sb) // it leaves its conversation: the state goes with it
 	lang, conv := sb.key.language, sb.key.conversation
-	if m.opts.Recycle == nil || sb.dead.Load() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
+	if m.opts.Recycle == nil || sb.ended() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
 		return
 	}

@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
-
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 )
@@ -27,7 +24,7 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	// program connects to the proxy listener meanwhile is this run's.
 	sb.running.Store(&runTag{number: sb.conn.NextRun(), runID: req.RunID, conversation: req.ConversationID})
 	defer sb.running.Store(nil)
-	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, KeepState: req.KeepState, Filesystem: req.Filesystem}); err != nil {
+	if err := sb.conn.Start(agent.Run{Code: req.Code, Env: req.Env, Trust: req.Trust, KeepState: req.KeepState, Filesystem: req.Filesystem}); err != nil {
 		return Outcome{}, fmt.Errorf("send program: %w", err)
 	}
 	if req.OnStart != nil {
@@ -39,70 +36,17 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 	defer gate.close()
 	go sb.feedStdin(req.Stdin, gate)
 
-	// Killing the container is the one sure way to stop everything in it;
-	// the receive loop then ends on EOF. A cell of the kept interpreter is
-	// interrupted instead, so that its state survives; the agent ends it
-	// within its grace, or the container goes after all.
-	var (
-		mu       sync.Mutex
-		timedOut bool
-		killed   bool
-		backstop *time.Timer
-	)
-	kill := func(timeout bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if killed {
-			return
-		}
-		killed, timedOut = true, timeout
-		switch {
-		case req.KeepState && sb.conn.Kill() == nil:
-			backstop = time.AfterFunc(interruptBackstop, func() { sb.m.kill(sb.id) })
-		case !timeout && errors.Is(context.Cause(ctx), ErrTerminate) && sb.conn.Term() == nil:
-			// Asked to stop: the program has its grace to end as it
-			// will, then the container goes.
-			backstop = time.AfterFunc(runbox.TermGrace, func() { sb.m.kill(sb.id) })
-		default:
-			sb.m.kill(sb.id)
-		}
-	}
-	defer func() {
-		mu.Lock()
-		if backstop != nil {
-			backstop.Stop()
-		}
-		mu.Unlock()
-	}()
-	timer := time.AfterFunc(req.Timeout, func() { kill(true) })
+	k := &killer{sb: sb, ctx: ctx, keepState: req.KeepState}
+	defer k.stop()
+	timer := time.AfterFunc(req.Timeout, func() { k.kill(true) })
 	defer timer.Stop()
-	stop := context.AfterFunc(ctx, func() { kill(false) })
+	stop := context.AfterFunc(ctx, func() { k.kill(false) })
 	defer stop()
 
-	var (
-		exit    *agent.Exit
-		recvErr error
-	)
-	for exit == nil && recvErr == nil {
-		msg, err := sb.conn.Recv()
-		switch {
-		case err != nil:
-			recvErr = err
-		case msg.Kind == agent.Stdout:
-			out(Stdout, msg.Data)
-		case msg.Kind == agent.Stderr:
-			out(Stderr, msg.Data)
-		case msg.Kind == agent.Exited:
-			exit = &msg.Exit
-		case msg.Kind == agent.Failed:
-			recvErr = fmt.Errorf("agent could not start the program: %s", msg.Err)
-		}
-	}
+	exit, recvErr := sb.relay(out)
 	timer.Stop()
 	oc := Outcome{Duration: time.Since(start)}
-	mu.Lock()
-	oc.TimedOut, oc.Cancelled = timedOut, killed && !timedOut
-	mu.Unlock()
+	oc.TimedOut, oc.Cancelled = k.ended()
 	if exit != nil {
 		oc.Kernel, oc.StateLost = exit.Kernel, exit.StateLost
 		if exit.Phase == agent.PhaseCompile || exit.Phase == agent.PhaseRun {
@@ -120,30 +64,105 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 		oc.ExitCode, oc.OOMKilled, oc.unclean = exit.ExitCode, exit.OOMKilled, !exit.Clean
 		return oc, nil
 	}
-	// The agent went away mid-run: the container died, most likely of the
-	// memory limit (under gVisor the limit holds the whole sandbox, so a
-	// program past it always ends it), and a kept interpreter with it.
+	return sb.agentGone(ctx, req, oc, recvErr)
+}
+
+// relay hands the program's output to out until it exits, or the agent
+// fails it or goes away (the error).
+func (sb *sandbox) relay(out Output) (*agent.Exit, error) {
+	for {
+		msg, err := sb.conn.Recv()
+		switch {
+		case err != nil:
+			return nil, err
+		case msg.Kind == agent.Stdout:
+			out(Stdout, msg.Data)
+		case msg.Kind == agent.Stderr:
+			out(Stderr, msg.Data)
+		case msg.Kind == agent.Exited:
+			return &msg.Exit, nil
+		case msg.Kind == agent.Failed:
+			return nil, fmt.Errorf("agent could not start the program: %s", msg.Err)
+		}
+	}
+}
+
+// agentGone completes oc, the outcome of a run whose agent went away
+// mid-run (recvErr): the container died, most likely of the memory limit
+// (under gVisor the limit holds the whole sandbox, so a program past it
+// always ends it), and a kept interpreter with it. Anything but an OOM
+// kill is the service's error.
+func (sb *sandbox) agentGone(ctx context.Context, req Request, oc Outcome, recvErr error) (Outcome, error) {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	// Its end may reach the engine after the attach stream's (under
 	// gVisor the OOM killer takes the sentry, the engine learns it next).
 	wctx, wcancel := context.WithTimeout(ictx, exitWait)
-	wait := sb.m.docker.ContainerWait(wctx, sb.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-	select {
-	case <-wait.Result:
-	case <-wait.Error:
-	}
+	_ = sb.m.engine.Wait(wctx, sb.id)
 	wcancel()
-	info, err := sb.m.docker.ContainerInspect(ictx, sb.id, client.ContainerInspectOptions{})
-	if err == nil && info.Container.State != nil && !info.Container.State.Running {
+	state, err := sb.m.engine.Inspect(ictx, sb.id)
+	if err == nil && !state.Running {
 		oc.ExitCode = -1
-		oc.OOMKilled = info.Container.State.OOMKilled
+		oc.OOMKilled = state.OOMKilled
 		oc.StateLost = req.KeepState
 		if oc.OOMKilled {
 			return oc, nil
 		}
 	}
 	return oc, fmt.Errorf("sandbox ended unexpectedly: %w (agent: %s)", recvErr, sb.agentErr.String())
+}
+
+// killer stops a run's program at its timeout or its context's end, once.
+// Killing the container is the one sure way to stop everything in it; the
+// receive loop then ends on EOF. A cell of the kept interpreter is
+// interrupted instead, so that its state survives; the agent ends it
+// within its grace, or the container goes after all.
+type killer struct {
+	sb        *sandbox
+	ctx       context.Context // the run's: its cause says how to stop
+	keepState bool
+
+	mu       sync.Mutex
+	killed   bool
+	timedOut bool
+	backstop *time.Timer
+}
+
+func (k *killer) kill(timeout bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.killed {
+		return
+	}
+	k.killed, k.timedOut = true, timeout
+	sb := k.sb
+	switch {
+	case k.keepState && sb.conn.Kill() == nil:
+		k.backstop = time.AfterFunc(interruptBackstop, func() { sb.m.kill(sb.id) })
+	case !timeout && errors.Is(context.Cause(k.ctx), ErrTerminate) && sb.conn.Term() == nil:
+		// Asked to stop: the program has its grace to end as it will,
+		// then the container goes.
+		k.backstop = time.AfterFunc(runbox.TermGrace, func() { sb.m.kill(sb.id) })
+	default:
+		sb.m.kill(sb.id)
+	}
+}
+
+// ended reports whether the run timed out, or was cancelled.
+func (k *killer) ended() (timedOut, cancelled bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.timedOut, k.killed && !k.timedOut
+}
+
+// stop stops the backstop of an interrupted or terminated program: the
+// run is over.
+func (k *killer) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.backstop != nil {
+		k.backstop.Stop()
+	}
 }
 
 // exitWait bounds the wait for a container whose agent went away to be

@@ -1,6 +1,7 @@
-// Package sandbox runs programs in locked-down Docker containers.
+// Package sandbox runs programs in locked-down sandboxes of an Engine
+// (package docker's: Docker containers on the executor's host).
 //
-// A container runs the runner agent (package agent) as its command; the
+// A sandbox runs the runner agent (package agent) as its command; the
 // Manager talks to it over the container's attached stdin and stdout, so a
 // run costs no Docker API call once its container is up. A container is
 // started for a conversation and language, mounts that conversation's
@@ -27,12 +28,11 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
 	"golang.org/x/time/rate"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // Labels of runner images (the contract's) and of the containers the
@@ -75,20 +75,34 @@ const (
 	ExecDir = "/run/runbox"
 )
 
-// Docker is the part of the Docker Engine API the sandbox uses;
-// *client.Client implements it.
-type Docker interface {
-	ContainerCreate(ctx context.Context, options client.ContainerCreateOptions) (client.ContainerCreateResult, error)
-	ContainerAttach(ctx context.Context, id string, options client.ContainerAttachOptions) (client.ContainerAttachResult, error)
-	ContainerStart(ctx context.Context, id string, options client.ContainerStartOptions) (client.ContainerStartResult, error)
-	ContainerKill(ctx context.Context, id string, options client.ContainerKillOptions) (client.ContainerKillResult, error)
-	ContainerRemove(ctx context.Context, id string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
-	ContainerInspect(ctx context.Context, id string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
-	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
-	ContainerWait(ctx context.Context, id string, options client.ContainerWaitOptions) client.ContainerWaitResult
-	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
-	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
-	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
+// Engine creates, watches and removes the sandboxes of a Manager: package
+// docker's runs them as Docker containers. Every sandbox it creates is
+// locked down as engine.Spec says; an error of one of its methods is the
+// engine's, not a program's. A sandbox already stopped or gone is no
+// error to Kill or Remove.
+type Engine interface {
+	// Ping checks that the engine answers.
+	Ping(ctx context.Context) error
+	// Images returns the images that carry label (key=value).
+	Images(ctx context.Context, label string) ([]engine.Image, error)
+	// Check checks, once at start, that a sandbox of spec's image, user
+	// and labels starts and exits under the engine's runtime.
+	Check(ctx context.Context, spec engine.Spec) error
+	// Create creates and starts a sandbox with its first process's
+	// standard streams attached; its standard error goes to stderr. A
+	// failure leaves no sandbox behind.
+	Create(ctx context.Context, spec engine.Spec, stderr io.Writer) (engine.Attached, error)
+	Kill(ctx context.Context, id string) error
+	Remove(ctx context.Context, id string) error
+	// List returns the sandboxes, running or not, that carry every label.
+	List(ctx context.Context, labels map[string]string) ([]engine.Sandbox, error)
+	// Wait waits until a sandbox is not running, or ctx ends.
+	Wait(ctx context.Context, id string) error
+	// Inspect returns what the engine knows of a sandbox's end.
+	Inspect(ctx context.Context, id string) (engine.State, error)
+	// Landlock reports whether the kernel programs run on offers the
+	// Landlock that filesystem rules (agent.Rules) need.
+	Landlock() bool
 }
 
 // Limits bound every sandbox.
@@ -119,15 +133,19 @@ type Options struct {
 	// ImageTag is the tag of the runner images to prefer
 	// (runner-<language>:<ImageTag>); DefaultImageTag if empty.
 	ImageTag string
-	// Runtime is the OCI runtime of sandboxes and what differs under it
-	// (RuntimeFor); the zero value is the engine's default.
-	Runtime Runtime
 	// Recycle, if set, takes the folder an evicted sandbox mounts away
 	// from its conversation and returns it as an empty slot (see
 	// recycle.go); mounted says whether a folder is the sandbox's.
 	Recycle func(conversation string, mounted func(dir string) bool, idleSince time.Time) (slot string, err error)
-	// MaxPool bounds the pool that recycled sandboxes join, per language.
+	// MaxPool bounds the pool of pre-started and recycled sandboxes, per
+	// language.
 	MaxPool WarmLimits
+	// PoolMemory, if set, bounds the pools further: no more sandboxes
+	// than fit in it at Limits.Memory each (app gives half the memory the
+	// host had available at start).
+	PoolMemory int64
+	// Clock times the pool's demand and waits (a fake one in tests).
+	Clock clockwork.Clock
 	// Inbound, if set, receives the connections programs make to their
 	// sandbox's proxy listener while it runs a run (streams.go); it owns
 	// each, and must not block for long. Without it they are closed.
@@ -137,6 +155,9 @@ type Options struct {
 	// (agent.ListenProxy), mounted at agent.ProxySocket's: the fast way
 	// for Inbound's connections. Without it they come as streams.
 	Sockets string
+	// State, if set, saves a kept interpreter's state as its sandbox goes
+	// and restores it in the conversation's next (kept.go).
+	State StateKeeper
 }
 
 // DefaultImageTag is the tag `make images` gives runner images.
@@ -147,7 +168,7 @@ const DefaultIdleTTL = 30 * time.Minute
 
 // Manager runs programs in sandboxes.
 type Manager struct {
-	docker Docker
+	engine Engine
 	opts   Options
 	log    *slog.Logger
 
@@ -163,6 +184,14 @@ type Manager struct {
 	execTmpfs map[string]string
 	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
 	demand    *demand               // how many the pool should hold
+	// starting counts the pool's sandboxes starting (Prestart), waiting
+	// the new conversations that wait for one of them (Adopt), by
+	// language; poolChanged is closed, and replaced, when a sandbox joins
+	// a pool or a start ends.
+	starting, waiting map[string]int
+	poolChanged       chan struct{}
+	wants             chan struct{} // a new conversation asked (PoolWants)
+	clock             clockwork.Clock
 	// closed is set by Close: from then on no sandbox is kept (warm or
 	// pooled) and no background work starts.
 	closed bool
@@ -171,13 +200,17 @@ type Manager struct {
 	bg sync.WaitGroup
 }
 
-// NewManager returns a Manager using docker.
-func NewManager(docker Docker, opts Options) *Manager {
+// NewManager returns a Manager of eng's sandboxes.
+func NewManager(eng Engine, opts Options) *Manager {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts.IdleTTL = cmp.Or(opts.IdleTTL, DefaultIdleTTL)
+	clock := opts.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 	opts.ImageTag = cmp.Or(opts.ImageTag, DefaultImageTag)
 	// <Sockets>/<socketName>/proxy.sock
 	if n := len(opts.Sockets) + 2 + socketName + len(path.Base(agent.ProxySocket)); opts.Sockets != "" && n > agent.MaxSocketPath {
@@ -186,32 +219,31 @@ func NewManager(docker Docker, opts Options) *Manager {
 		opts.Sockets = ""
 	}
 	return &Manager{
-		docker: docker, opts: opts, log: log,
+		engine: eng, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
 		held: map[string]int{},
-		pool: map[string][]*sandbox{}, demand: newDemand(clockwork.NewRealClock()),
+		pool: map[string][]*sandbox{}, demand: newDemand(clock),
+		starting: map[string]int{}, waiting: map[string]int{}, poolChanged: make(chan struct{}),
+		wants: make(chan struct{}, 1), clock: clock,
 	}
 }
 
-// Ping checks that the Docker Engine answers.
+// Ping checks that the engine answers.
 func (m *Manager) Ping(ctx context.Context) error {
-	_, err := m.docker.Ping(ctx, client.PingOptions{})
-	return err
+	return m.engine.Ping(ctx)
 }
 
 // Discover finds the runner images by their labels and returns their
 // languages. Where several images offer a language, the one tagged
 // runner-<language>:<ImageTag> wins.
 func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
-	res, err := m.docker.ImageList(ctx, client.ImageListOptions{
-		Filters: client.Filters{}.Add("label", LabelRunner+"=true"),
-	})
+	images, err := m.engine.Images(ctx, LabelRunner+"=true")
 	if err != nil {
 		return nil, fmt.Errorf("list runner images: %w", err)
 	}
 	found, templates, execTmpfs := map[string]runbox.Runner{}, map[string]runbox.Template{}, map[string]string{}
-	for _, img := range res.Items {
-		if len(img.RepoTags) == 0 {
+	for _, img := range images {
+		if len(img.Tags) == 0 {
 			continue
 		}
 		if name := img.Labels[LabelTemplate]; validTemplateName(name) {
@@ -222,7 +254,7 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 			}
 			preferred := "runner-template-" + name + ":" + m.opts.ImageTag
 			if prev, ok := templates[name]; !ok || prev.Image != preferred {
-				templates[name] = runbox.Template{Name: name, Image: preferredTag(img.RepoTags, preferred), Port: port}
+				templates[name] = runbox.Template{Name: name, Image: preferredTag(img.Tags, preferred), Port: port}
 			}
 			continue
 		}
@@ -231,7 +263,7 @@ func (m *Manager) Discover(ctx context.Context) ([]runbox.Runner, error) {
 			continue
 		}
 		preferred := "runner-" + lang + ":" + m.opts.ImageTag
-		tag := preferredTag(img.RepoTags, preferred)
+		tag := preferredTag(img.Tags, preferred)
 		if prev, ok := found[lang]; ok && prev.Image == preferred {
 			continue
 		}
@@ -302,6 +334,9 @@ type Request struct {
 	Language       string
 	Code           string
 	Env            map[string]string
+	// Trust, when set, is a PEM certificate the program's TLS clients
+	// trust besides the image's roots (agent.Run.Trust).
+	Trust string
 	// Stdin is the program's input; nil means none. The program sees EOF
 	// when Stdin does.
 	Stdin   io.Reader
@@ -343,6 +378,11 @@ type Outcome struct {
 	Kernel string
 	// StateLost is set when the kept interpreter died with the run.
 	StateLost bool
+	// StateRestored is set when the run's kept interpreter was restored
+	// from a pause before it ran; LostVariables are those it could not
+	// bring back.
+	StateRestored bool
+	LostVariables []string
 	// Phase is, for a compiled language, the phase that ended the run:
 	// agent.PhaseCompile or agent.PhaseRun; empty when unknown.
 	Phase string
@@ -376,7 +416,11 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 			return Outcome{}, err
 		}
 	}
+	var kept Outcome
+	m.resumeKept(ctx, sb, req, &kept)
 	oc, err := sb.run(ctx, req, out)
+	oc.StateRestored, oc.LostVariables = kept.StateRestored, kept.LostVariables
+	sb.keptAfter(req, oc)
 	switch {
 	case err != nil:
 		m.discard(sb)
@@ -401,19 +445,16 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 // are older than minAge: orphans of an earlier process, or of a failure to
 // remove. It returns how many it removed.
 func (m *Manager) Reap(ctx context.Context, minAge time.Duration) (int, error) {
-	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: client.Filters{}.Add("label", LabelExecutor+"="+m.opts.ExecutorID),
-	})
+	items, err := m.engine.List(ctx, m.ownLabels())
 	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
+		return 0, err
 	}
 	n := 0
-	for _, c := range res.Items {
+	for _, c := range items {
 		m.mu.Lock()
 		_, tracked := m.live[c.ID]
 		m.mu.Unlock()
-		if tracked || time.Since(time.Unix(c.Created, 0)) < minAge {
+		if tracked || time.Since(c.Created) < minAge {
 			continue
 		}
 		m.forceRemove(c.ID)
@@ -436,7 +477,7 @@ func (m *Manager) ReapDead(ctx context.Context, alive func(executor string) bool
 	removed := map[string]int{}
 	for _, c := range items {
 		owner := c.Labels[LabelExecutor]
-		if alive(owner) || time.Since(time.Unix(c.Created, 0)) < minAge {
+		if alive(owner) || time.Since(c.Created) < minAge {
 			continue
 		}
 		m.forceRemove(c.ID)
@@ -463,18 +504,15 @@ func (m *Manager) Peers(ctx context.Context) ([]string, error) {
 
 // peerContainers lists the containers of this deployment's other
 // executors on this Docker host.
-func (m *Manager) peerContainers(ctx context.Context) ([]container.Summary, error) {
+func (m *Manager) peerContainers(ctx context.Context) ([]engine.Sandbox, error) {
 	if m.opts.Deployment == "" {
 		return nil, nil
 	}
-	res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: client.Filters{}.Add("label", LabelManaged+"=true", LabelDeployment+"="+m.opts.Deployment),
-	})
+	items, err := m.engine.List(ctx, map[string]string{LabelManaged: "true", LabelDeployment: m.opts.Deployment})
 	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
+		return nil, err
 	}
-	return slices.DeleteFunc(res.Items, func(c container.Summary) bool {
+	return slices.DeleteFunc(items, func(c engine.Sandbox) bool {
 		return c.Labels[LabelExecutor] == m.opts.ExecutorID || c.Labels[LabelDeployment] != m.opts.Deployment
 	}), nil
 }
@@ -489,20 +527,17 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.Close()
 	defer m.removeSockets()
 	for {
-		res, err := m.docker.ContainerList(ctx, client.ContainerListOptions{
-			All:     true,
-			Filters: client.Filters{}.Add("label", LabelExecutor+"="+m.opts.ExecutorID),
-		})
+		items, err := m.engine.List(ctx, m.ownLabels())
 		if err != nil {
-			return fmt.Errorf("list containers: %w", err)
+			return err
 		}
-		if len(res.Items) == 0 {
+		if len(items) == 0 {
 			return nil
 		}
-		each(res.Items, func(c container.Summary) { m.remove(c.ID) })
+		each(items, func(c engine.Sandbox) { m.remove(c.ID) })
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d containers are left: %w", len(res.Items), ctx.Err())
+			return fmt.Errorf("%d containers are left: %w", len(items), ctx.Err())
 		case <-time.After(shutdownRecheck):
 		}
 	}
@@ -517,6 +552,11 @@ func (m *Manager) removeSockets() {
 	if err := os.RemoveAll(m.opts.Sockets); err != nil {
 		m.log.Warn("remove proxy sockets", "err", err)
 	}
+}
+
+// ownLabels select this executor's sandboxes.
+func (m *Manager) ownLabels() map[string]string {
+	return map[string]string{LabelExecutor: m.opts.ExecutorID}
 }
 
 // shutdownRecheck is how often Shutdown looks again for containers left.
@@ -558,6 +598,14 @@ type logWriter struct {
 
 func newLogWriter(log *slog.Logger) *logWriter {
 	return &logWriter{log: log, limit: rate.NewLimiter(agentLogRate, agentLogBurst)}
+}
+
+// named adds the sandbox's name to what is logged from now on: it is
+// known once the sandbox exists, and its agent may write before.
+func (w *logWriter) named(container string) {
+	w.mu.Lock()
+	w.log = w.log.With("container", container)
+	w.mu.Unlock()
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {

@@ -16,8 +16,13 @@ import (
 
 	"github.com/moby/moby/client"
 
+	dockerengine "github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
+
+// engineOf returns the Docker engine of c, under its default runtime.
+func engineOf(c *client.Client) Engine { return dockerengine.New(c, dockerengine.Options{}) }
 
 func newManager(t testing.TB, limits Limits) (*Manager, *client.Client) {
 	t.Helper()
@@ -40,7 +45,7 @@ func newManagerOptions(t testing.TB, change func(*Options)) (*Manager, *client.C
 	docker := testenv.Docker(t)
 	opts := Options{ExecutorID: "test-" + rand.Text()[:8], MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")}
 	change(&opts)
-	m := NewManager(docker, opts)
+	m := NewManager(engineOf(docker), opts)
 	runners, err := m.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +171,8 @@ func TestRunLanguages(t *testing.T) {
 func TestExecFolder(t *testing.T) {
 	m, _ := newManager(t, defaultLimits)
 	for lang, want := range map[string]bool{"c": true, "bash": false} {
-		if _, ok := m.containerConfig(m.runners[lang], Request{}).HostConfig.Tmpfs[ExecDir]; ok != want {
+		spec := m.spec(m.runners[lang], Request{})
+		if ok := slices.ContainsFunc(spec.Tmpfs, func(t engine.Tmpfs) bool { return t.Target == ExecDir && t.Exec }); ok != want {
 			t.Errorf("%s: exec tmpfs %v, want %v", lang, ok, want)
 		}
 	}
@@ -289,13 +295,15 @@ func TestRunWritesData(t *testing.T) {
 }
 
 func TestReapRemovesOrphans(t *testing.T) {
-	m, docker := newManager(t, defaultLimits)
+	m, _ := newManager(t, defaultLimits)
 	// A container of this executor that the manager does not track, as one
 	// left by a crashed process would be.
-	opts := m.containerConfig(m.runners["bash"], Request{RunID: "orphan-" + rand.Text()[:8], ConversationID: "c", DataDir: dataDir(t)})
-	if _, err := docker.ContainerCreate(context.Background(), opts); err != nil {
+	spec := m.spec(m.runners["bash"], Request{RunID: "orphan-" + rand.Text()[:8], ConversationID: "c", DataDir: dataDir(t)})
+	att, err := m.engine.Create(context.Background(), spec, io.Discard)
+	if err != nil {
 		t.Fatal(err)
 	}
+	att.Closer.Close()
 	n, err := m.Reap(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -311,14 +319,14 @@ func TestReapDead(t *testing.T) {
 	docker := testenv.Docker(t)
 	managers := map[string]*Manager{}
 	for _, id := range []string{"live", "dead", "self"} {
-		m := NewManager(docker, Options{ExecutorID: "test-" + id + "-" + rand.Text()[:8], Deployment: deployment,
+		m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + id + "-" + rand.Text()[:8], Deployment: deployment,
 			ImageTag: os.Getenv("RUNNER_TAG")})
 		if _, err := m.Discover(ctx); err != nil {
 			t.Fatal(err)
 		}
 		managers[id] = m
 	}
-	other := NewManager(docker, Options{ExecutorID: managers["dead"].opts.ExecutorID, Deployment: "other-" + rand.Text()[:8],
+	other := NewManager(engineOf(docker), Options{ExecutorID: managers["dead"].opts.ExecutorID, Deployment: "other-" + rand.Text()[:8],
 		ImageTag: os.Getenv("RUNNER_TAG")})
 	if _, err := other.Discover(ctx); err != nil {
 		t.Fatal(err)
@@ -327,12 +335,12 @@ func TestReapDead(t *testing.T) {
 	// "other" is the same executor id in another deployment that shares
 	// the engine.
 	for _, m := range []*Manager{managers["live"], managers["dead"], managers["self"], other} {
-		opts := m.containerConfig(m.runners["bash"], Request{RunID: "pool", DataDir: dataDir(t)})
-		res, err := docker.ContainerCreate(ctx, opts)
+		att, err := m.engine.Create(ctx, m.spec(m.runners["bash"], Request{RunID: "pool", DataDir: dataDir(t)}), io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { m.forceRemove(res.ID) })
+		att.Closer.Close()
+		t.Cleanup(func() { m.forceRemove(att.ID) })
 	}
 	self := managers["self"]
 	alive := func(id string) bool { return id == managers["live"].opts.ExecutorID }
@@ -434,7 +442,7 @@ func TestWarmSandboxes(t *testing.T) {
 		}
 		// The manager learns it when the container's attach stream ends.
 		waitWarm(t, m, warmKey{"conv-b", "bash"}, "the killed sandbox was not seen to end",
-			func(sb *sandbox) bool { return sb == nil || sb.dead.Load() })
+			func(sb *sandbox) bool { return sb == nil || sb.ended() })
 		if after := hostname(t, m, "conv-b", "bash", dirB); after == before || after == "" {
 			t.Errorf("ran in %q after %q died", after, before)
 		}
@@ -567,7 +575,7 @@ func TestWarmLimitPerLanguage(t *testing.T) {
 // slot folder is renamed to the conversation's; every new conversation's
 // ask counts towards the pool's size.
 func TestPool(t *testing.T) {
-	m, _ := newManager(t, defaultLimits)
+	m := newManagerWith(t, func(o *Options) { o.MaxPool = WarmLimits{Default: 16} })
 	base := t.TempDir()
 	slot := filepath.Join(base, "slot")
 	os.Mkdir(slot, 0o777)
@@ -580,7 +588,7 @@ func TestPool(t *testing.T) {
 	}
 	pooled := m.pool["bash"][0].id[:12]
 	conv := filepath.Join(base, "conv")
-	adopted := m.Adopt("conv-x", "bash", func(s string) (string, error) {
+	adopted := m.Adopt(context.Background(), "conv-x", "bash", func(s string) (string, error) {
 		if s != slot {
 			t.Errorf("slot %s, want %s", s, slot)
 		}
@@ -600,11 +608,11 @@ func TestPool(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(conv, "hi.txt")); string(b) != "hi\n" {
 		t.Errorf("the program wrote %q into the conversation's folder", b)
 	}
-	if m.Adopt("conv-y", "bash", func(string) (string, error) { return "", nil }) {
+	if m.Adopt(context.Background(), "conv-y", "bash", func(string) (string, error) { return "", nil }) {
 		t.Error("adopted from an empty pool")
 	}
 	// Both new conversations asked: the pool should hold two now.
-	if got := m.PoolTarget("bash", 1, 16); got != 2 {
+	if got := m.PoolTarget("bash", 1); got != 2 {
 		t.Errorf("pool target after two asks: %d", got)
 	}
 }
@@ -618,7 +626,7 @@ func TestSeveralSandboxesPerConversation(t *testing.T) {
 	docker := testenv.Docker(t)
 	var mu sync.Mutex
 	var asked []bool // what mounted said for each recycling asked for
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
+	m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
 		MaxWarm: WarmLimits{Default: 8}, MaxPool: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG"),
 		Recycle: func(_ string, mounted func(string) bool, _ time.Time) (string, error) {
 			mu.Lock()
@@ -707,7 +715,7 @@ func TestSeveralSandboxesPerConversation(t *testing.T) {
 // sandbox.
 func TestCloseWaitsForBackgroundWork(t *testing.T) {
 	docker := testenv.Docker(t)
-	m := NewManager(docker, Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
+	m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
 		MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
 	if _, err := m.Discover(context.Background()); err != nil {
 		t.Fatal(err)

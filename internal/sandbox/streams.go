@@ -90,7 +90,7 @@ func (m *Manager) sandboxesOf(conversation string) []*sandbox {
 	m.mu.Lock()
 	var out []*sandbox
 	for sb := range m.open {
-		if conversation != "" && sb.key.conversation == conversation && !sb.dead.Load() {
+		if conversation != "" && sb.key.conversation == conversation && !sb.ended() {
 			out = append(out, sb)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moby/moby/client"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
@@ -43,15 +44,29 @@ type sandbox struct {
 	id       string
 	key      warmKey
 	data     fileID // the folder mounted at /data
-	attach   client.HijackedResponse
+	attach   io.Closer
 	conn     *agent.Conn
 	agentErr *logWriter
 	dataDir  string
 	sockets  string // the folder of its proxy socket; "" for none
 	idleFrom time.Time
-	dead     atomic.Bool // its attach stream ended
+	done     <-chan struct{} // closed when its attached streams end
 	// running is the run it runs, while it does (streams.go).
 	running atomic.Pointer[runTag]
+	// keptGen is the generation of its kept interpreter (kept.go); 0 for
+	// none known.
+	keptGen int64
+}
+
+// ended reports whether the sandbox's attached streams ended: it stopped,
+// or its engine went away, and it is of no more use.
+func (sb *sandbox) ended() bool {
+	select {
+	case <-sb.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // take returns the conversation's idle sandbox, if it still mounts the
@@ -65,7 +80,7 @@ func (m *Manager) take(key warmKey, dataDir string) *sandbox {
 	if sb == nil {
 		return nil
 	}
-	if id, err := dirID(dataDir); err != nil || id != sb.data || sb.dead.Load() {
+	if id, err := dirID(dataDir); err != nil || id != sb.data || sb.ended() {
 		m.background(sb, m.discard)
 		return nil
 	}
@@ -75,7 +90,7 @@ func (m *Manager) take(key warmKey, dataDir string) *sandbox {
 // park keeps a sandbox for its conversation's next run, making room if
 // its language has too many.
 func (m *Manager) park(sb *sandbox) {
-	if sb.dead.Load() {
+	if sb.ended() {
 		m.discard(sb)
 		return
 	}
@@ -156,8 +171,16 @@ func (m *Manager) toPool(lang string, sb *sandbox) error {
 		return errClosed
 	}
 	m.pool[lang] = append(m.pool[lang], sb)
+	m.poolChangedLocked()
 	m.mu.Unlock()
 	return nil
+}
+
+// poolChangedLocked wakes the conversations waiting for a pooled sandbox
+// (Adopt): one joined a pool, or a start ended. The caller holds m.mu.
+func (m *Manager) poolChangedLocked() {
+	close(m.poolChanged)
+	m.poolChanged = make(chan struct{})
 }
 
 // errClosed says that the manager was closed: it keeps no sandbox.
@@ -262,6 +285,7 @@ func (m *Manager) Drop(conversation string) int {
 func (m *Manager) Close() int {
 	m.mu.Lock()
 	m.closed = true
+	m.poolChangedLocked() // no conversation waits for the pool any more
 	var gone []*sandbox
 	for lang, p := range m.pool {
 		gone = append(gone, p...)
@@ -272,26 +296,40 @@ func (m *Manager) Close() int {
 		delete(m.warm, k)
 	}
 	m.mu.Unlock()
-	each(gone, m.discard)
+	// An executor that stops saves its conversations' kept state first.
+	each(gone, func(sb *sandbox) {
+		_, _ = m.pauseKept(sb)
+		m.discard(sb)
+	})
 	m.bg.Wait()
 	return len(gone)
 }
 
 // Prestart starts a sandbox for a conversation not known yet, mounting
 // dataDir (a slot), and keeps it in its language's pool until Adopt gives
-// it to a new conversation.
+// it to a new conversation. Several may start at once; new conversations
+// that find the pool empty meanwhile wait for them (Adopt).
 func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error {
 	m.mu.Lock()
 	runner, ok := m.runners[language]
+	if ok {
+		m.starting[language]++
+	}
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownLanguage, language)
 	}
+	begin := m.clock.Now()
 	sb, err := m.create(ctx, runner, Request{RunID: "pool", Language: language, DataDir: dataDir})
-	if err != nil {
-		return err
+	if err == nil {
+		m.demand.started(language, m.clock.Since(begin))
+		err = m.toPool(language, sb)
 	}
-	return m.toPool(language, sb)
+	m.mu.Lock()
+	m.starting[language]--
+	m.poolChangedLocked()
+	m.mu.Unlock()
+	return err
 }
 
 // Pooled returns how many pre-started sandboxes of a language wait.
@@ -301,26 +339,58 @@ func (m *Manager) Pooled(language string) int {
 	return len(m.pool[language])
 }
 
-// Adopt gives a new conversation a pre-started sandbox of its language.
-// adopt turns the sandbox's slot into the conversation's folder and
-// returns that folder; when it fails the sandbox goes back to the pool,
-// unless the error is ErrSpoiled. Adopt reports whether the conversation
-// got one.
-func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (string, error)) bool {
+// PoolWants is signalled when a new conversation asks for a pooled
+// sandbox, taken or not: the pool may want another (PoolTarget).
+func (m *Manager) PoolWants() <-chan struct{} { return m.wants }
+
+// adoptWait bounds how long a new conversation waits for a pooled
+// sandbox that is starting, rather than starting its own: the one under
+// way began earlier, and another start at once would only slow both.
+const adoptWait = 10 * time.Second
+
+// Adopt gives a new conversation a pre-started sandbox of its language:
+// one that waits in the pool, or, when the pool is empty, one that is
+// starting for it and not promised to another conversation already
+// waiting (at most adoptWait, or until ctx ends). adopt turns the
+// sandbox's slot into the conversation's folder and returns that folder;
+// when it fails the sandbox goes back to the pool, unless the error is
+// ErrSpoiled. Adopt reports whether the conversation got one.
+func (m *Manager) Adopt(ctx context.Context, conversation, language string, adopt func(slot string) (string, error)) bool {
 	m.demand.took(language) // taken or not: the pool's size follows the asking
+	select {
+	case m.wants <- struct{}{}:
+	default:
+	}
+	var deadline clockwork.Timer // from the first wait on
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
 	for {
-		m.mu.Lock()
-		p := m.pool[language]
-		if len(p) == 0 {
+		sb, wait := m.nextPooled(language)
+		if wait != nil {
+			if deadline == nil {
+				deadline = m.clock.NewTimer(adoptWait)
+			}
+			select {
+			case <-wait:
+				m.mu.Lock()
+				m.waiting[language]--
+				m.mu.Unlock()
+				continue
+			case <-ctx.Done():
+			case <-deadline.Chan():
+			}
+			m.mu.Lock()
+			m.waiting[language]--
 			m.mu.Unlock()
 			return false
 		}
-		// The one that waited longest: a sandbox recycled a moment ago
-		// may still be starting its zygote.
-		sb := p[0]
-		m.pool[language] = p[1:]
-		m.mu.Unlock()
-		if sb.dead.Load() {
+		if sb == nil {
+			return false
+		}
+		if sb.ended() {
 			m.discard(sb)
 			continue
 		}
@@ -340,6 +410,25 @@ func (m *Manager) Adopt(conversation, language string, adopt func(slot string) (
 		m.park(sb)
 		return true
 	}
+}
+
+// nextPooled takes the pooled sandbox of language that waited longest (a
+// sandbox recycled a moment ago may still be starting its zygote). When
+// there is none but more are starting than conversations wait for, it
+// counts the caller among those waiting and returns what to wait on
+// instead; neither when there is nothing to wait for.
+func (m *Manager) nextPooled(language string) (*sandbox, <-chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.pool[language]; len(p) > 0 {
+		m.pool[language] = p[1:]
+		return p[0], nil
+	}
+	if m.starting[language] > m.waiting[language] && !m.closed {
+		m.waiting[language]++
+		return nil, m.poolChanged
+	}
+	return nil, nil
 }
 
 // drop removes the warm sandboxes match selects, several at once.
@@ -439,15 +528,17 @@ func (m *Manager) Hold(conversation string) (release func()) {
 
 // PoolTarget returns how many pre-started sandboxes of a language the
 // pool should hold: as demand says (demand.go), at least configured and
-// at most ceiling.
-func (m *Manager) PoolTarget(language string, configured, ceiling int) int {
+// at most the ceiling of MaxPool, MaxWarm and PoolMemory.
+func (m *Manager) PoolTarget(language string, configured int) int {
+	ceiling := poolCeiling(m.opts.MaxPool.For(language), m.opts.MaxWarm.For(language), m.opts.PoolMemory,
+		m.opts.Limits.Memory)
 	return m.demand.target(language, configured, ceiling)
 }
 
 // Landlock reports whether programs in these sandboxes can be held to
 // filesystem rules (agent.Rules): the runtime's kernel offers Landlock.
 func (m *Manager) Landlock() bool {
-	return !m.opts.Runtime.NoLandlock && agent.LandlockABI() >= agent.MinLandlockABI
+	return m.engine.Landlock()
 }
 
 // Conversations returns how many conversations have a sandbox here: an

@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -39,6 +40,23 @@ func Conversation(ref Ref) string {
 	return "mcp-" + ref.ID
 }
 
+// Reaches reports whether the call of ctx may reach its client's
+// conversation id. A session's conversation (Conversation) is its scope:
+// only calls in that session reach it — its runs, its files, its
+// previews — so that another session of the same client, which could
+// otherwise list its runs and learn its id, finds nothing there (not
+// found, as another client's). A call outside any session (REST, an MCP
+// call without a session id) is in its client's sessionless scope. Any
+// other conversation is reached from anywhere.
+func Reaches(ctx context.Context, id string) bool {
+	sid, ok := strings.CutPrefix(id, "mcp-")
+	if !ok || (sid != "sessionless" && !ValidID(sid)) {
+		return true
+	}
+	ref, _ := From(ctx)
+	return Conversation(ref) == id
+}
+
 // idPattern is what New makes: rand.Text, 26 base32 characters.
 var idPattern = regexp.MustCompile(`^[A-Z2-7]{26}$`)
 
@@ -59,9 +77,21 @@ func From(ctx context.Context) (Ref, bool) {
 	return ref, ok
 }
 
+// Store keeps the sessions (*store.Store).
+type Store interface {
+	OpenSession(ctx context.Context, ref Ref, ttl time.Duration) error
+	TouchSession(ctx context.Context, ref Ref, ttl time.Duration) (bool, error)
+	EndSession(ctx context.Context, ref Ref) (bool, error)
+	EndIdleSession(ctx context.Context, ref Ref, cutoff time.Time) (bool, error)
+	SessionOpen(ctx context.Context, ref Ref) (bool, error)
+	SessionEnded(ctx context.Context, ref Ref) error
+	EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]Ref, error)
+	IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]Ref, error)
+}
+
 // Service opens, touches and ends sessions.
 type Service struct {
-	store *store.Store
+	store Store
 	ttl   time.Duration
 	clock clockwork.Clock
 	log   *slog.Logger
@@ -69,12 +99,12 @@ type Service struct {
 }
 
 // New returns a Service whose sessions end once idle for ttl.
-func New(st *store.Store, ttl time.Duration, clock clockwork.Clock, log *slog.Logger) *Service {
+func New(st Store, ttl time.Duration, clock clockwork.Clock, log *slog.Logger) *Service {
 	return &Service{store: st, ttl: ttl, clock: clock, log: log.With("component", "sessions")}
 }
 
 // OnEnd adds f to what runs when a session ends, with a context whose
-// client is the session's. Call it before the service is used. An error
+// client and session are the session's. Call it before the service is used. An error
 // (or a process that stops before f returns) has f called again later,
 // by the janitor: f must not mind being called twice.
 func (s *Service) OnEnd(f func(context.Context, Ref) error) { s.onEnd = append(s.onEnd, f) }
@@ -122,7 +152,7 @@ func (s *Service) End(ctx context.Context, ref Ref) (bool, error) {
 // letGo runs what a session's end asks for; once all of it has, the
 // session is no longer ending.
 func (s *Service) letGo(ctx context.Context, ref Ref) {
-	ctx = auth.WithClient(ctx, clients.Client{Name: ref.Client})
+	ctx = With(auth.WithClient(ctx, clients.Client{Name: ref.Client}), ref)
 	var failed error
 	for _, f := range s.onEnd {
 		if err := f(ctx, ref); err != nil {

@@ -18,7 +18,9 @@ import (
 
 func newService(t *testing.T, clock clockwork.Clock) (*Service, *[]Ref) {
 	_, url := testenv.Miniredis(t)
-	s := New(store.New(testenv.Client(t, url)), time.Minute, clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st := store.New(store.NewConn(testenv.Client(t, url)))
+	st.SetClock(clock.Now)
+	s := New(st, time.Minute, clock, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var ended []Ref
 	s.OnEnd(func(ctx context.Context, ref Ref) error {
 		if Client(ctx) != ref.Client {
@@ -76,7 +78,6 @@ func TestEndIdle(t *testing.T) {
 	if err := s.Ensure(ctx, Ref{Client: "default"}); err != nil {
 		t.Fatal(err)
 	}
-	s.store.SetClock(clock.Now)
 	clock.Advance(45 * time.Second)
 	s.Touch(ctx, busy)
 	clock.Advance(30 * time.Second)
@@ -98,7 +99,6 @@ func TestEndIdleSparesSessionUsedMeanwhile(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	s, ended := newService(t, clock)
 	ctx := context.Background()
-	s.store.SetClock(clock.Now)
 	first, err := s.Open(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,6 @@ func TestEndRetried(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	s, ended := newService(t, clock)
 	ctx := context.Background()
-	s.store.SetClock(clock.Now)
 	fail := true
 	s.OnEnd(func(ctx context.Context, ref Ref) error {
 		if fail {

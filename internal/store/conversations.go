@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
 // Head is a conversation and the run that heads it.
@@ -55,25 +56,41 @@ func (s *Store) Advance(ctx context.Context, h Head) (string, error) {
 // Runs returns up to n runs, newest first: those of the conversation key
 // cid, or with cid "", the client's most recent.
 func (s *Store) Runs(ctx context.Context, client, cid string, n int) ([]runbox.Run, error) {
+	return s.RunsWhere(ctx, client, cid, n, nil)
+}
+
+// RunsWhere is Runs of the runs keep keeps (nil: all): it reads on, past
+// the runs left out, until it has n or there are no more.
+func (s *Store) RunsWhere(ctx context.Context, client, cid string, n int, keep func(runbox.Run) bool) ([]runbox.Run, error) {
 	key := clientRunsKey(client)
 	if cid != "" {
 		key = conversationRunsKey(cid)
 	}
-	ids, err := s.rdb.ZRevRange(ctx, key, 0, int64(n-1)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	runs := make([]runbox.Run, 0, len(ids))
-	for _, id := range ids {
-		run, err := s.Run(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			continue // expired
-		}
+	runs := make([]runbox.Run, 0, n)
+	for start := int64(0); len(runs) < n; start += int64(n) {
+		ids, err := s.rdb.ZRevRange(ctx, key, start, start+int64(n)-1).Result()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list runs: %w", err)
 		}
-		run.Result = nil
-		runs = append(runs, run)
+		for _, id := range ids {
+			run, err := s.Run(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				continue // expired
+			}
+			if err != nil {
+				return nil, err
+			}
+			if keep != nil && !keep(run) {
+				continue
+			}
+			run.Result = nil
+			if runs = append(runs, run); len(runs) == n {
+				break
+			}
+		}
+		if len(ids) < n {
+			break
+		}
 	}
 	return runs, nil
 }
@@ -101,7 +118,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string, graceful bool) err
 		flag, msg = cancelTerm, id+termSuffix
 	}
 	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, runKey(id), cancelFlagField, flag)
+	pipe.HSet(ctx, keys.Run(id), cancelFlagField, flag)
 	pipe.Publish(ctx, cancelChannel, msg)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
@@ -120,7 +137,7 @@ func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]CancelReq
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HGet(ctx, runKey(id), cancelFlagField)
+		cmds[i] = pipe.HGet(ctx, keys.Run(id), cancelFlagField)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read cancel flags: %w", err)
@@ -134,10 +151,11 @@ func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]CancelReq
 	return out, nil
 }
 
-// SubscribeCancels returns a subscription to cancellation requests; each
-// message's payload is a run id. The caller closes it.
-func (s *Store) SubscribeCancels(ctx context.Context) *redis.PubSub {
-	return s.rdb.Subscribe(ctx, cancelChannel)
+// SubscribeCancels returns a subscription to cancellation requests, once
+// Redis confirmed it; each message is one ParseCancel reads. The caller
+// closes it.
+func (s *Store) SubscribeCancels(ctx context.Context) (*Subscription, error) {
+	return s.conn.subscribe(ctx, cancelChannel)
 }
 
 // Busy reports whether a conversation has a run queued or running: a
@@ -159,8 +177,9 @@ func (s *Store) PublishClosed(ctx context.Context, cid string) error {
 	return nil
 }
 
-// SubscribeClosed returns a subscription to closed conversations; each
-// message's payload is a conversation id. The caller closes it.
-func (s *Store) SubscribeClosed(ctx context.Context) *redis.PubSub {
-	return s.rdb.Subscribe(ctx, closedChannel)
+// SubscribeClosed returns a subscription to closed conversations, once
+// Redis confirmed it; each message is a conversation id. The caller
+// closes it.
+func (s *Store) SubscribeClosed(ctx context.Context) (*Subscription, error) {
+	return s.conn.subscribe(ctx, closedChannel)
 }

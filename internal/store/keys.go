@@ -1,16 +1,15 @@
 package store
 
-// Key names. A run's keys share a hash tag so that its scripts touch one
-// slot.
-const prefix = "runbox:"
+import "github.com/runbox-dev/runbox/internal/store/internal/keys"
 
-func runKey(id string) string    { return prefix + "run:{" + id + "}" }
-func eventsKey(id string) string { return prefix + "run:{" + id + "}:events" }
-func stdinKey(id string) string  { return prefix + "run:{" + id + "}:stdin" }
+// Key names. A run's keys (those of package keys, and these) share a hash
+// tag so that its scripts touch one slot.
+const prefix = keys.Prefix
+
+func stdinKey(id string) string { return prefix + "run:{" + id + "}:stdin" }
 func stdinBytesKey(id string) string {
 	return prefix + "run:{" + id + "}:stdin:bytes"
 }
-func channel(id string) string     { return prefix + "events:" + id }
 func executorKey(id string) string { return prefix + "executor:" + id }
 
 // An executor that is shutting down: it owns no conversation any more
@@ -73,3 +72,8 @@ func previewKey(id string) string { return prefix + "preview:" + id }
 func projectKey(cid string) string { return prefix + "project:" + cid }
 
 const projectsKey = prefix + "projects"
+
+// The client that made a branch of a git repository through the git
+// tools (git.go). repo is the repository as gitexport names it; a branch
+// holds no ':', so no two pairs share a key.
+func branchOwnerKey(repo, branch string) string { return prefix + "git:" + repo + ":branch:" + branch }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/runbox-dev/runbox/internal/store/internal/lease"
 )
 
 // The maintenance of a deployment (the watchdog that ends lost runs, the
@@ -14,17 +16,17 @@ import (
 // Lead takes the leader lease for holder, or renews it if holder has it,
 // and reports whether holder leads.
 func (s *Store) Lead(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
-	ok, err := leaseScript.Run(ctx, s.rdb, []string{leaderKey}, holder, ttl.Milliseconds()).Int()
+	ok, err := lease.Take(ctx, s.rdb, leaderKey, holder, ttl)
 	if err != nil {
 		return false, fmt.Errorf("leader lease: %w", err)
 	}
-	return ok == 1, nil
+	return ok, nil
 }
 
 // Resign gives the leader lease up, if holder has it, so that another
 // process takes over at its next try.
 func (s *Store) Resign(ctx context.Context, holder string) error {
-	if err := releaseScript.Run(ctx, s.rdb, []string{leaderKey}, holder).Err(); err != nil {
+	if err := lease.Release(ctx, s.rdb, leaderKey, holder); err != nil {
 		return fmt.Errorf("resign the leader lease: %w", err)
 	}
 	return nil

@@ -101,7 +101,8 @@ func (s *Store) runStarted(ctx context.Context, key, id string) error {
 }
 
 // runEnded takes an ended run off its client's active runs and adds its
-// wall time to the client's day.
+// wall time to the client's day; runs waiting in the client's gate
+// (batches) take the place it leaves.
 func (s *Store) runEnded(ctx context.Context, key, id string, took time.Duration) error {
 	client, _, _ := runbox.ParseConversationKey(key)
 	pipe := s.rdb.TxPipeline()
@@ -111,6 +112,13 @@ func (s *Store) runEnded(ctx context.Context, key, id string, took time.Duration
 		pipe.IncrBy(ctx, day, secs)
 		pipe.Expire(ctx, day, 48*time.Hour)
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	waiting := pipe.LLen(ctx, gateKey(client))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if waiting.Val() > 0 {
+		_, err := s.release(ctx, client)
+		return err
+	}
+	return nil
 }

@@ -129,28 +129,28 @@ func TestAffinity(t *testing.T) {
 		for _, id := range []string{"a", "b", "c"} {
 			newParallelRun(t, s, id, "conv")
 		}
-		if c, err := s.ClaimFor(ctx, "a", "conv", "ex1", time.Minute, time.Minute); err != nil || !c.OK {
+		if c, err := s.ClaimFor(ctx, "a", "ex1", time.Minute, time.Minute); err != nil || !c.OK {
 			t.Fatalf("claim a on ex1: %+v, %v", c, err)
 		}
 		if o, _ := s.Owner(ctx, "conv"); o != "ex1" {
 			t.Errorf("owner %q, want ex1", o)
 		}
-		c, err := s.ClaimFor(ctx, "b", "conv", "ex2", time.Minute, time.Minute)
+		c, err := s.ClaimFor(ctx, "b", "ex2", time.Minute, time.Minute)
 		if err != nil || c.OK || c.Elsewhere != "ex1" {
 			t.Fatalf("claim b on ex2: %+v, %v; want elsewhere ex1", c, err)
 		}
-		if c, _ := s.ClaimFor(ctx, "b", "conv", "ex1", time.Minute, time.Minute); !c.OK {
+		if c, _ := s.ClaimFor(ctx, "b", "ex1", time.Minute, time.Minute); !c.OK {
 			t.Fatalf("claim b on ex1: %+v", c)
 		}
 		finish(t, s, "a", "conv", runbox.StatusRunning)
-		if c, _ := s.ClaimFor(ctx, "c", "conv", "ex2", time.Minute, time.Minute); c.OK || c.Elsewhere != "ex1" {
+		if c, _ := s.ClaimFor(ctx, "c", "ex2", time.Minute, time.Minute); c.OK || c.Elsewhere != "ex1" {
 			t.Fatalf("claim c on ex2 while b lives on ex1: %+v", c)
 		}
 		// ex1 dies: its live runs no longer hold the conversation.
 		if err := s.Unregister(ctx, "ex1"); err != nil {
 			t.Fatal(err)
 		}
-		if c, _ := s.ClaimFor(ctx, "c", "conv", "ex2", time.Minute, time.Minute); !c.OK {
+		if c, _ := s.ClaimFor(ctx, "c", "ex2", time.Minute, time.Minute); !c.OK {
 			t.Fatalf("claim c on ex2 after ex1 died: %+v", c)
 		}
 		if o, _ := s.Owner(ctx, "conv"); o != "ex2" {
@@ -159,7 +159,7 @@ func TestAffinity(t *testing.T) {
 		// The watchdog ends b (ex1's): c's place is kept.
 		finish(t, s, "b", "conv", runbox.StatusRunning)
 		newParallelRun(t, s, "d", "conv")
-		if c, _ := s.ClaimFor(ctx, "d", "conv", "ex1", time.Minute, time.Minute); c.Elsewhere != "ex2" {
+		if c, _ := s.ClaimFor(ctx, "d", "ex1", time.Minute, time.Minute); c.Elsewhere != "ex2" {
 			t.Errorf("claim d on ex1 while c lives on ex2: %+v", c)
 		}
 		finish(t, s, "c", "conv", runbox.StatusRunning)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
 // When an executor is found dead (its sandboxes reaped by a peer), what it
@@ -46,7 +48,7 @@ func (s *Store) Beats(ctx context.Context, ids ...string) (map[string]int64, err
 // the ids of the runs whose lease it ended.
 func (s *Store) ReleaseDead(ctx context.Context, executor string, seen int64) (released bool, runs []string, err error) {
 	res, err := releaseDeadScript.Run(ctx, s.rdb, []string{executorsKey, executorKey(executor), leasesKey},
-		executor, seen, strings.TrimSuffix(runKey(""), "}")).Slice()
+		executor, seen, strings.TrimSuffix(keys.Run(""), "}")).Slice()
 	if err != nil {
 		return false, nil, fmt.Errorf("release executor %s: %w", executor, err)
 	}

@@ -64,6 +64,11 @@ return {'wait'}
 // it leaves the conversation's live runs (KEYS[7]). A run that detaches
 // (ARGV[9] is "d") moves its conversation on the same way but stays live.
 //
+// A run that reaches a final status from a live one is told of: its
+// webhook, if it has a callback, is written to the outbox (notifyLua), and
+// its batch, if it has one, counts it (batchEndLua) — in this script, so
+// that whoever ends a run cannot end it without them.
+//
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
 // KEYS[6] conversations with a head, KEYS[7] the conversation's live runs
@@ -75,11 +80,12 @@ return {'wait'}
 // ARGV[5] lease length (ms) for "set"
 // ARGV[6] channel, ARGV[7] ttl (s), ARGV[8] conversation id,
 // ARGV[9] "1" when the run ends, "d" when it detaches, else ""
-// ARGV[10] n, the number of field/value pairs that follow
-// ARGV[11 .. 10+2n] field/value pairs; ARGV[11+2n ..] events
+// ARGV[10] "1" when the new status is final, ARGV[11] key prefix
+// ARGV[12] n, the number of field/value pairs that follow
+// ARGV[13 .. 12+2n] field/value pairs; ARGV[13+2n ..] events
 // Returns {1, last seq, next head or ""} or {0, current status} when nothing
 // was done.
-var transitionScript = redis.NewScript(`
+var transitionScript = redis.NewScript(notifyLua + batchEndLua + `
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {0, ''} end
 if ARGV[2] ~= '' and not string.find(' ' .. ARGV[2] .. ' ', ' ' .. status .. ' ', 1, true) then
@@ -97,12 +103,17 @@ elseif ARGV[4] == 'del' then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'status', ARGV[3]) end
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[12])
 for i = 0, n - 1 do
-  redis.call('HSET', KEYS[1], ARGV[11 + 2 * i], ARGV[12 + 2 * i])
+  redis.call('HSET', KEYS[1], ARGV[13 + 2 * i], ARGV[14 + 2 * i])
+end
+if ARGV[10] == '1' and (status == 'queued' or status == 'running') then
+  local f = redis.call('HMGET', KEYS[1], 'callback', 'client', 'batch')
+  if f[1] then notify(ARGV[11], ARGV[1], 'completed', 'run.completed', f[1], f[2] or '', now, ARGV[7]) end
+  if f[3] then batchEnded(ARGV[11], f[3], status, ARGV[3], now, ARGV[7]) end
 end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
-for i = 11 + 2 * n, #ARGV do
+for i = 13 + 2 * n, #ARGV do
   seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
   local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2)
   redis.call('RPUSH', KEYS[2], ev)
@@ -137,46 +148,67 @@ return {1, seq, nextRun}
 // another executor whose heartbeat is current: runs of a conversation
 // share its folder (and, with a remote file store, the executor's working
 // copy of it), so while any is live they all run on one executor. The
-// conversation's live runs (KEYS[4]) hold that executor's id in the field
+// conversation's live runs hold that executor's id in the field
 // "executor" and one field per run; the claim records the executor as the
-// conversation's owner too (KEYS[5]), where the scheduler routes its next
-// runs, and the run leaves the parallel runs not yet claimed (KEYS[6]).
+// conversation's owner too, where the scheduler routes its next runs, and
+// the run leaves the parallel runs not yet claimed (KEYS[4]).
+//
+// The conversation is the run's own (its record's "conversation"), so its
+// two keys are named here from the key prefix: the executor learns it, and
+// what to run, from the reply, without reading the run first.
+//
+// A run of a batch counts as running in it from here; a run whose client
+// asked to be told of starts has its webhook written (notifyLua).
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
-// KEYS[4] the conversation's live runs, KEYS[5] its owner,
-// KEYS[6] parallel runs not yet claimed
+// KEYS[4] parallel runs not yet claimed
 // ARGV[1] run id, ARGV[2] executor, ARGV[3] lease (ms), ARGV[4] channel,
 // ARGV[5] ttl (s), ARGV[6] started event, ARGV[7] started (unix ms),
 // ARGV[8] prefix of executors' heartbeat keys, ARGV[9] owner ttl (ms, 0:
-// none)
-// Returns {1, seq}, {0, current status} when the run is not queued, or
-// {2, executor} when the conversation's runs live on that executor.
-var claimScript = redis.NewScript(`
-local status = redis.call('HGET', KEYS[1], 'status')
+// none), ARGV[10] key prefix
+// Returns {1, seq, spec}, {0, current status} when the run is not queued
+// (empty when there is none), or {2, executor, spec} when the conversation's
+// runs live on that executor.
+var claimScript = redis.NewScript(notifyLua + `
+local f = redis.call('HMGET', KEYS[1], 'status', 'conversation', 'spec', 'batch', 'callback', 'notify_started', 'client')
+local status, spec = f[1], f[3] or ''
 if not status then return {0, ''} end
 if status ~= 'queued' then return {0, status} end
-local holder = redis.call('HGET', KEYS[4], 'executor')
+local conv = ARGV[10] .. 'conv:' .. (f[2] or '')
+local live, owner = conv .. ':live', conv .. ':owner'
+local holder = redis.call('HGET', live, 'executor')
 if holder and holder ~= ARGV[2] then
-  if redis.call('HLEN', KEYS[4]) > 1 and redis.call('EXISTS', ARGV[8] .. holder) == 1 then
-    return {2, holder}
+  if redis.call('HLEN', live) > 1 and redis.call('EXISTS', ARGV[8] .. holder) == 1 then
+    return {2, holder, spec}
   end
-  redis.call('DEL', KEYS[4])
+  redis.call('DEL', live)
 end
-redis.call('HSET', KEYS[4], 'executor', ARGV[2], ARGV[1], '1')
-redis.call('EXPIRE', KEYS[4], ARGV[5])
-if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[9]) end
-redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('HSET', live, 'executor', ARGV[2], ARGV[1], '1')
+redis.call('EXPIRE', live, ARGV[5])
+if tonumber(ARGV[9]) > 0 then redis.call('SET', owner, ARGV[2], 'PX', ARGV[9]) end
+redis.call('ZREM', KEYS[4], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'running', 'executor', ARGV[2], 'started', ARGV[7])
+if f[4] then
+  local batch = ARGV[10] .. 'batch:{' .. f[4] .. '}'
+  if redis.call('EXISTS', batch) == 1 then
+    redis.call('HINCRBY', batch, 'running', 1)
+    redis.call('EXPIRE', batch, ARGV[5])
+    redis.call('EXPIRE', batch .. ':runs', ARGV[5])
+  end
+end
+if f[5] and f[6] == '1' then
+  notify(ARGV[10], ARGV[1], 'started', 'run.started', f[5], f[7] or '', tonumber(ARGV[7]), ARGV[5])
+end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[6], 2)
 redis.call('RPUSH', KEYS[2], ev)
 redis.call('PUBLISH', ARGV[4], ev)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-return {1, seq}
+return {1, seq, spec}
 `)
 
 // advanceScript moves a conversation past a head that ended without going

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
 // MCP sessions and the executions started in them (the commands tools).
@@ -254,7 +256,7 @@ type Reservation struct {
 func (s *Store) ReserveExecution(ctx context.Context, ref SessionRef, limits ExecutionLimits) (Reservation, error) {
 	now := s.now()
 	member := pendingPrefix + rand.Text()
-	prefix, suffix, _ := strings.Cut(runKey("\x00"), "\x00")
+	prefix, suffix, _ := strings.Cut(keys.Run("\x00"), "\x00")
 	res, err := reserveScript.Run(ctx, s.rdb, []string{sessionLiveKey(ref.Client, ref.ID), executionsLive},
 		now.UnixMilli(), limits.PerSession, limits.Total, member, now.Add(-pendingTTL).UnixMilli(), prefix, suffix).StringSlice()
 	if err != nil {

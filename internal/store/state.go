@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,4 +44,83 @@ func (s *Store) KeptState(ctx context.Context, cid string, fresh, died bool) (lo
 		}
 		return false, nil
 	}
+}
+
+// A conversation's kept interpreters: the generation of the last one
+// started, and the record of its saved snapshot (internal/snapshot).
+func keptGenKey(cid string) string  { return prefix + "kept:{" + cid + "}:gen" }
+func keptSnapKey(cid string) string { return prefix + "kept:{" + cid + "}:snap" }
+
+// keptStartedScript counts an interpreter's start and hands over the
+// saved snapshot's record, which no later start may have.
+//
+// KEYS[1] generation, KEYS[2] record; ARGV[1] ttl (s).
+// Returns {generation, record or false}.
+var keptStartedScript = redis.NewScript(`
+local gen = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+local rec = redis.call('GET', KEYS[2])
+redis.call('DEL', KEYS[2])
+return {gen, rec}
+`)
+
+// keptSavedScript records a snapshot's record if its generation is the
+// last one started.
+//
+// KEYS[1] generation, KEYS[2] record; ARGV[1] the snapshot's generation,
+// ARGV[2] its record, ARGV[3] ttl (s). Returns 1 if recorded, else 0.
+var keptSavedScript = redis.NewScript(`
+if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+// KeptStarted records that a kept interpreter of the conversation starts
+// (fresh or restored) and returns its generation, and the record of the
+// saved snapshot, if any: taken, so that no later start restores it.
+func (s *Store) KeptStarted(ctx context.Context, cid string) (int64, []byte, error) {
+	res, err := keptStartedScript.Run(ctx, s.rdb, []string{keptGenKey(cid), keptSnapKey(cid)},
+		int(keptStateMemory.Seconds())).Slice()
+	if err != nil || len(res) != 2 {
+		return 0, nil, fmt.Errorf("record a kept interpreter of %s: %w", cid, err)
+	}
+	gen, _ := res[0].(int64)
+	rec, _ := res[1].(string)
+	if rec == "" {
+		return gen, nil, nil
+	}
+	return gen, []byte(rec), nil
+}
+
+// KeptSaved records the saved snapshot of the conversation's interpreter
+// of generation gen, unless a later one has started; it reports whether
+// it did.
+func (s *Store) KeptSaved(ctx context.Context, cid string, gen int64, rec []byte) (bool, error) {
+	n, err := keptSavedScript.Run(ctx, s.rdb, []string{keptGenKey(cid), keptSnapKey(cid)},
+		gen, rec, int(keptStateMemory.Seconds())).Int()
+	if err != nil {
+		return false, fmt.Errorf("record the snapshot of %s: %w", cid, err)
+	}
+	return n == 1, nil
+}
+
+// KeptLast returns the generation of the conversation's last interpreter
+// (0 for none yet) and the record of its saved snapshot, if any (nil),
+// taking nothing: a fork reads the source's this way.
+func (s *Store) KeptLast(ctx context.Context, cid string) (int64, []byte, error) {
+	res, err := s.rdb.MGet(ctx, keptGenKey(cid), keptSnapKey(cid)).Result()
+	if err != nil {
+		return 0, nil, fmt.Errorf("read the kept interpreters of %s: %w", cid, err)
+	}
+	var gen int64
+	if g, ok := res[0].(string); ok {
+		if gen, err = strconv.ParseInt(g, 10, 64); err != nil {
+			return 0, nil, fmt.Errorf("read the kept interpreters of %s: %w", cid, err)
+		}
+	}
+	if rec, ok := res[1].(string); ok && rec != "" {
+		return gen, []byte(rec), nil
+	}
+	return gen, nil, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
 // DefaultRetention is how long a run's record and events are kept.
@@ -30,15 +31,16 @@ var ErrNotFound = runbox.Errorf(runbox.ENotFound, "no such run")
 
 // Store reads and writes the shared state.
 type Store struct {
+	conn      *Conn
 	rdb       redis.UniversalClient
 	rate      *redis_rate.Limiter
 	retention time.Duration
 	now       func() time.Time
 }
 
-// New returns a Store on rdb.
-func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, rate: redis_rate.NewLimiter(rdb), retention: DefaultRetention, now: time.Now}
+// New returns a Store on c.
+func New(c *Conn) *Store {
+	return &Store{conn: c, rdb: c.rdb, rate: redis_rate.NewLimiter(c.rdb), retention: DefaultRetention, now: time.Now}
 }
 
 // SetClock has the store take the time from now (an injected clock)
@@ -47,9 +49,6 @@ func (s *Store) SetClock(now func() time.Time) { s.now = now }
 
 // Retention is how long runs and their traces are kept.
 func (s *Store) Retention() time.Duration { return s.retention }
-
-// Redis returns the client the store uses.
-func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 
 func (s *Store) ttlSeconds() int64 { return int64(s.retention / time.Second) }
 
@@ -80,6 +79,9 @@ type NewRun struct {
 	// they are enqueued at once (Enqueue), whatever else the
 	// conversation runs.
 	Parallel bool
+	// Callback is where the run's end (and start, if asked) is told;
+	// zero: nowhere.
+	Callback Callback
 }
 
 // ErrBusy reports a conversation with too many runs waiting.
@@ -107,12 +109,19 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, er
 	if nr.Parallel {
 		parallel = "1"
 	}
-	args := []any{run.ID, created, channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem, parallel,
+	client := cmp.Or(nr.Client, runbox.DefaultClient)
+	args := []any{run.ID, created, keys.Channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem, parallel,
 		"id", run.ID, "conversation", cid, "language", run.Language,
-		"created", created, "interactive", boolField(run.Interactive), specField, string(spec)}
+		"created", created, "interactive", boolField(run.Interactive), specField, string(spec), "client", client}
+	if cb := nr.Callback; cb.URL != "" {
+		args = append(args, "callback", cb.URL)
+		if cb.Started {
+			args = append(args, "notify_started", "1")
+		}
+	}
 	res, err := createScript.Run(ctx, s.rdb, []string{
-		runKey(run.ID), eventsKey(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
-		conversationPendingKey(cid), busyConvsKey, clientRunsKey(cmp.Or(nr.Client, runbox.DefaultClient)), idemKey,
+		keys.Run(run.ID), keys.Events(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
+		conversationPendingKey(cid), busyConvsKey, clientRunsKey(client), idemKey,
 		parallelKey,
 	}, args...).StringSlice()
 	if err != nil {
@@ -138,7 +147,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, er
 // Spec returns what a run was asked to do.
 func (s *Store) Spec(ctx context.Context, id string) (runbox.Spec, error) {
 	var spec runbox.Spec
-	b, err := s.rdb.HGet(ctx, runKey(id), specField).Bytes()
+	b, err := s.rdb.HGet(ctx, keys.Run(id), specField).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return spec, ErrNotFound
 	}
@@ -203,8 +212,12 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	case t.Detach:
 		ends = "d"
 	}
+	final := ""
+	if t.To != "" && t.To.Final() {
+		final = "1"
+	}
 	args := []any{id, strings.Join(from, " "), string(t.To), op, lease.Milliseconds(),
-		channel(id), s.ttlSeconds(), t.Conversation, ends, len(t.Fields)}
+		keys.Channel(id), s.ttlSeconds(), t.Conversation, ends, final, prefix, len(t.Fields)}
 	for k, v := range t.Fields {
 		args = append(args, k, v)
 	}
@@ -216,7 +229,7 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 		args = append(args, b)
 	}
 	cid := t.Conversation
-	res, err := transitionScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey,
+	res, err := transitionScript.Run(ctx, s.rdb, []string{keys.Run(id), keys.Events(id), leasesKey,
 		conversationHeadKey(cid), conversationPendingKey(cid), busyConvsKey, conversationLiveKey(cid)}, args...).Slice()
 	if err != nil {
 		return Applied{}, fmt.Errorf("update run %s: %w", id, err)
@@ -242,14 +255,7 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 // its started event. It reports false when the run is not queued: it was
 // cancelled, or it already ran and must not run again.
 func (s *Store) Claim(ctx context.Context, id, executor string, lease time.Duration) (bool, error) {
-	cid, err := s.rdb.HGet(ctx, runKey(id), "conversation").Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("claim run %s: %w", id, err)
-	}
-	c, err := s.ClaimFor(ctx, id, cid, executor, lease, 0)
+	c, err := s.ClaimFor(ctx, id, executor, lease, 0)
 	return c.OK, err
 }
 
@@ -260,34 +266,56 @@ type Claimed struct {
 	// Elsewhere, when not OK, is the executor that runs the run's
 	// conversation's live runs: the run must go there.
 	Elsewhere string
+	// Status, when neither, is the status of a run that was not queued;
+	// "" when there is no such run.
+	Status runbox.Status
+	// Spec is what the run was asked to do (when OK or Elsewhere): the
+	// claim's reply carries it, so that the executor need not read it.
+	Spec runbox.Spec
 }
 
-// ClaimFor claims a queued run of conversation cid as Claim does, and keeps a conversation's
-// live runs on one executor: while another live executor runs some, the
-// run is not claimed and Elsewhere names that executor. A claim records
-// executor as the conversation's owner for ownerTTL (none if 0), so that
-// the conversation's next runs are routed to it.
-func (s *Store) ClaimFor(ctx context.Context, id, cid, executor string, lease, ownerTTL time.Duration) (Claimed, error) {
+// ClaimFor claims a queued run as Claim does, and keeps a conversation's
+// live runs on one executor: while another live executor runs some of the
+// run's conversation's, the run is not claimed and Elsewhere names that
+// executor. A claim records executor as the conversation's owner for
+// ownerTTL (none if 0), so that the conversation's next runs are routed to
+// it. One round trip: the run's Spec comes back with the claim.
+func (s *Store) ClaimFor(ctx context.Context, id, executor string, lease, ownerTTL time.Duration) (Claimed, error) {
 	now := s.now()
 	ev, err := eventBody(runbox.Event{TS: now, Type: runbox.EventStarted})
 	if err != nil {
 		return Claimed{}, err
 	}
-	res, err := claimScript.Run(ctx, s.rdb, []string{runKey(id), eventsKey(id), leasesKey,
-		conversationLiveKey(cid), ownerKey(cid), parallelKey},
-		id, executor, lease.Milliseconds(), channel(id), s.ttlSeconds(), ev, now.UnixMilli(), executorKey(""),
-		ownerTTL.Milliseconds()).Slice()
+	res, err := claimScript.Run(ctx, s.rdb, []string{keys.Run(id), keys.Events(id), leasesKey, parallelKey},
+		id, executor, lease.Milliseconds(), keys.Channel(id), s.ttlSeconds(), ev, now.UnixMilli(), executorKey(""),
+		ownerTTL.Milliseconds(), prefix).Slice()
 	if err != nil {
 		return Claimed{}, fmt.Errorf("claim run %s: %w", id, err)
 	}
-	switch code, _ := res[0].(int64); code {
-	case 1:
-		return Claimed{OK: true}, nil
-	case 2:
-		other, _ := res[1].(string)
-		return Claimed{Elsewhere: other}, nil
+	if len(res) < 2 {
+		return Claimed{}, fmt.Errorf("claim run %s: unexpected reply %v", id, res)
 	}
-	return Claimed{}, nil
+	var c Claimed
+	code, _ := res[0].(int64)
+	switch code {
+	case 1:
+		c.OK = true
+	case 2:
+		c.Elsewhere, _ = res[1].(string)
+	default:
+		st, _ := res[1].(string)
+		return Claimed{Status: runbox.Status(st)}, nil
+	}
+	var spec string
+	if len(res) > 2 {
+		spec, _ = res[2].(string)
+	}
+	if err := json.Unmarshal([]byte(spec), &c.Spec); err != nil {
+		// Claimed all the same, with what to run unknown: its lease
+		// lapses, and the watchdog ends it as lost.
+		return c, fmt.Errorf("claim run %s: spec: %w", id, err)
+	}
+	return c, nil
 }
 
 // Detach records that a running run has left its conversation's order
@@ -384,7 +412,8 @@ func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error
 			took = time.Duration(e.Result.DurationMS) * time.Millisecond
 		}
 		// Should this fail, the run has still ended: it leaves its
-		// client's active runs at its horizon.
+		// client's active runs at its horizon, and the sweep lets in
+		// what waits in its gate.
 		_ = s.runEnded(ctx, e.Conversation, id, took)
 	}
 	return a, err
@@ -392,13 +421,19 @@ func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error
 
 // Run returns a run's record.
 func (s *Store) Run(ctx context.Context, id string) (runbox.Run, error) {
-	m, err := s.rdb.HGetAll(ctx, runKey(id)).Result()
+	m, err := s.rdb.HGetAll(ctx, keys.Run(id)).Result()
 	if err != nil {
 		return runbox.Run{}, fmt.Errorf("read run %s: %w", id, err)
 	}
+	return parseRun(m)
+}
+
+// parseRun reads a run's record from its hash.
+func parseRun(m map[string]string) (runbox.Run, error) {
 	if len(m) == 0 || m["status"] == "" {
 		return runbox.Run{}, ErrNotFound
 	}
+	var err error
 	run := runbox.Run{
 		ID:             m["id"],
 		ConversationID: m["conversation"],
@@ -411,7 +446,7 @@ func (s *Store) Run(ctx context.Context, id string) (runbox.Run, error) {
 	}
 	if r := m["result"]; r != "" {
 		if run.Result, err = decodeResult([]byte(r)); err != nil {
-			return runbox.Run{}, fmt.Errorf("read run %s: result: %w", id, err)
+			return runbox.Run{}, fmt.Errorf("read run %s: result: %w", run.ID, err)
 		}
 	}
 	return run, nil
@@ -443,7 +478,7 @@ func (s *Store) withResult(ctx context.Context, id string, ev *runbox.Event) err
 	if ev.Type != runbox.EventDone || ev.Result != nil {
 		return nil
 	}
-	b, err := s.rdb.HGet(ctx, runKey(id), "result").Bytes()
+	b, err := s.rdb.HGet(ctx, keys.Run(id), "result").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil // the run's record expired with its log
 	}
@@ -459,7 +494,7 @@ func (s *Store) withResult(ctx context.Context, id string, ev *runbox.Event) err
 
 // Executor returns the id of the executor a run was claimed by.
 func (s *Store) Executor(ctx context.Context, id string) (string, error) {
-	v, err := s.rdb.HGet(ctx, runKey(id), "executor").Result()
+	v, err := s.rdb.HGet(ctx, keys.Run(id), "executor").Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -468,7 +503,7 @@ func (s *Store) Executor(ctx context.Context, id string) (string, error) {
 
 // Events returns a run's events with seq greater than after, in order.
 func (s *Store) Events(ctx context.Context, id string, after int64) ([]runbox.Event, error) {
-	raw, err := s.rdb.LRange(ctx, eventsKey(id), after, -1).Result()
+	raw, err := s.rdb.LRange(ctx, keys.Events(id), after, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read events of %s: %w", id, err)
 	}

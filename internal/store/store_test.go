@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +16,10 @@ import (
 func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 	t.Run("miniredis", func(t *testing.T) {
 		_, url := testenv.Miniredis(t)
-		f(t, New(testenv.Client(t, url)))
+		f(t, New(NewConn(testenv.Client(t, url))))
 	})
 	t.Run("redis-server", func(t *testing.T) {
-		f(t, New(testenv.Client(t, testenv.Redis(t))))
+		f(t, New(NewConn(testenv.Client(t, testenv.Redis(t)))))
 	})
 }
 
@@ -62,12 +60,23 @@ func TestRunLifecycle(t *testing.T) {
 		if err != nil || spec.Code != "print('r1')" {
 			t.Fatalf("Spec = %+v, %v", spec, err)
 		}
-		ok, err := s.Claim(ctx, "r1", "ex1", time.Minute)
-		if err != nil || !ok {
-			t.Fatalf("Claim = %v, %v", ok, err)
+		if c, err := s.ClaimFor(ctx, "nope", "ex1", time.Minute, 0); err != nil || c.OK || c.Status != "" {
+			t.Fatalf("claim of no run = %+v, %v", c, err)
 		}
-		if ok, _ := s.Claim(ctx, "r1", "ex2", time.Minute); ok {
-			t.Fatal("a running run was claimed again")
+		c, err := s.ClaimFor(ctx, "r1", "ex1", time.Minute, time.Minute)
+		if err != nil || !c.OK {
+			t.Fatalf("Claim = %+v, %v", c, err)
+		}
+		// What to run comes with the claim, and the claim records the
+		// run's conversation's owner.
+		if c.Spec.Code != "print('r1')" || c.Spec.ConversationID != "c-r1" {
+			t.Fatalf("the claim's spec: %+v", c.Spec)
+		}
+		if o, _ := s.Owner(ctx, "c-r1"); o != "" {
+			t.Errorf("owner %q with no executor's heartbeat", o)
+		}
+		if c, _ := s.ClaimFor(ctx, "r1", "ex2", time.Minute, 0); c.OK || c.Status != runbox.StatusRunning {
+			t.Fatalf("a running run was claimed again: %+v", c)
 		}
 		if err := s.Append(ctx, "r1", runbox.Event{Type: runbox.EventStdout, Data: "hi\n"}); err != nil {
 			t.Fatal(err)
@@ -311,63 +320,5 @@ func TestDeployment(t *testing.T) {
 		if again, err := s.Deployment(ctx); err != nil || again != first {
 			t.Errorf("Deployment again = %q, %v; want %q", again, err, first)
 		}
-	})
-}
-
-// TestWatchExactlyOnce has a writer append events while watchers join
-// before, during and after; each must see every event once, in order.
-func TestWatchExactlyOnce(t *testing.T) {
-	backends(t, func(t *testing.T, s *Store) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		hub := NewHub(s, slog.New(slog.DiscardHandler))
-		defer hub.Close()
-		newRun(t, s, "w1")
-		s.Claim(ctx, "w1", "ex", time.Minute)
-
-		const n = 300
-		var wg sync.WaitGroup
-		check := func(after int64) {
-			defer wg.Done()
-			w := hub.Watch(ctx, "w1", after)
-			defer w.Close()
-			want := after + 1
-			for {
-				ev, err := w.Next(ctx)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Errorf("watch from %d: %v", after, err)
-					return
-				}
-				if ev.Seq != want {
-					t.Errorf("watch from %d: got seq %d, want %d", after, ev.Seq, want)
-					return
-				}
-				want++
-			}
-			if want != n+4 { // queued, started, n outputs, done
-				t.Errorf("watch from %d ended after seq %d", after, want-1)
-			}
-		}
-		for i := range 3 {
-			wg.Add(1)
-			go check(int64(i))
-		}
-		for i := range n {
-			if err := s.Append(ctx, "w1", runbox.Event{Type: runbox.EventStdout, Data: fmt.Sprint(i)}); err != nil {
-				t.Fatal(err)
-			}
-			if i == n/2 {
-				wg.Add(2)
-				go check(0)
-				go check(int64(i))
-			}
-		}
-		finish(t, s, "w1", "c-w1", runbox.StatusRunning)
-		wg.Add(1)
-		go check(5)
-		wg.Wait()
 	})
 }

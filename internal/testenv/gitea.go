@@ -40,21 +40,37 @@ type Gitea struct {
 func StartGitea(t testing.TB) *Gitea {
 	t.Helper()
 	bin := giteaBinary(t)
-	root := RepoRoot(t)
-	// Without its bindata tag, Gitea reads its locales and templates from
-	// its module's source folder.
-	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "code.gitea.io/gitea")
-	list.Dir = filepath.Join(root, "deploy", "gitea")
-	src, err := list.Output()
-	if err != nil || strings.TrimSpace(string(src)) == "" {
-		t.Fatalf("the source of Gitea's module is not in the module cache (make test-deps fetches it): %v", err)
-	}
-
+	src := giteaSource(t)
 	g := &Gitea{t: t, bin: bin, dir: t.TempDir()}
 	port := FreePort(t)
 	g.URL = fmt.Sprintf("http://127.0.0.1:%d/", port)
 	g.config = filepath.Join(g.dir, "app.ini")
-	ini := fmt.Sprintf(`APP_NAME = runbox-test
+	ini := fmt.Sprintf(giteaConfig, g.dir, port, g.URL, currentUser(), src)
+	if err := os.WriteFile(g.config, []byte(ini), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.cli("migrate")
+	g.createAdmin()
+	g.serve()
+	return g
+}
+
+// giteaSource returns the folder of Gitea's module source: without its
+// bindata tag, Gitea reads its locales and templates from there.
+func giteaSource(t testing.TB) string {
+	t.Helper()
+	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "code.gitea.io/gitea")
+	list.Dir = filepath.Join(RepoRoot(t), "deploy", "gitea")
+	src, err := list.Output()
+	if err != nil || strings.TrimSpace(string(src)) == "" {
+		t.Fatalf("the source of Gitea's module is not in the module cache (make test-deps fetches it): %v", err)
+	}
+	return strings.TrimSpace(string(src))
+}
+
+// giteaConfig is Gitea's app.ini: its folder (1), port (2), root URL (3),
+// user (4) and module source (5).
+const giteaConfig = `APP_NAME = runbox-test
 RUN_MODE = prod
 RUN_USER = %[4]s
 WORK_PATH = %[1]s
@@ -106,11 +122,12 @@ PROVIDER = memory
 
 [cache]
 ADAPTER = memory
-`, g.dir, port, g.URL, currentUser(), strings.TrimSpace(string(src)))
-	if err := os.WriteFile(g.config, []byte(ini), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g.cli("migrate")
+`
+
+// createAdmin makes the site administrator and its token (AdminToken).
+func (g *Gitea) createAdmin() {
+	t := g.t
+	t.Helper()
 	g.cli("admin", "user", "create", "--admin", "--username", "site-admin", "--password", "site-admin-password-0",
 		"--email", "site-admin@example.com", "--must-change-password=false")
 	printed := g.cli("admin", "user", "generate-access-token", "--username", "site-admin",
@@ -120,9 +137,15 @@ ADAPTER = memory
 	if g.AdminToken = giteaToken.FindString(printed); g.AdminToken == "" {
 		t.Fatalf("gitea generate-access-token printed no token: %s", printed)
 	}
+}
 
+// serve starts Gitea's web server, stopped when the test ends, and waits
+// until it answers (at most a minute).
+func (g *Gitea) serve() {
+	t := g.t
+	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--config", g.config, "--work-path", g.dir, "web")
+	cmd := exec.Command(g.bin, "--config", g.config, "--work-path", g.dir, "web")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start gitea: %v", err)
@@ -147,7 +170,7 @@ ADAPTER = memory
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return
 			}
 		}
 		if time.Now().After(deadline) {
@@ -155,7 +178,6 @@ ADAPTER = memory
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return g
 }
 
 func giteaBinary(t testing.TB) string {

@@ -19,10 +19,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis starts a real redis-server for the test and returns its URL. The
+// Redis starts a real redis-server for the test and returns its URL, with
+// args added to its command line (such as "--maxmemory", "2mb"). The
 // server is stopped when the test ends. A machine without redis-server
 // fails the test: integration tests must not skip in CI.
-func Redis(t testing.TB) string {
+func Redis(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -30,8 +31,8 @@ func Redis(t testing.TB) string {
 	}
 	port := FreePort(t)
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	cmd := exec.Command(bin, append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -119,20 +120,11 @@ var (
 // RepoRoot returns the module's root folder.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test's folder")
-		}
-		dir = parent
-	}
+	return dir
 }
 
 // WriteFile writes body to a new file name in a temporary folder of the

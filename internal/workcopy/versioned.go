@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Versioned is the api's view of a remote file store: every change it
@@ -15,11 +14,11 @@ import (
 // the store's retention.
 type Versioned struct {
 	runbox.FileStore
-	versions *store.Store
+	versions Versions
 }
 
 // NewVersioned records the changes made through fs in versions.
-func NewVersioned(fs runbox.FileStore, versions *store.Store) Versioned {
+func NewVersioned(fs runbox.FileStore, versions Versions) Versioned {
 	return Versioned{FileStore: fs, versions: versions}
 }
 
@@ -37,4 +36,15 @@ func (v Versioned) Remove(ctx context.Context, conv string) error {
 		return err
 	}
 	return v.versions.FilesRemoved(ctx, conv)
+}
+
+// Fork takes a version for the fork's files, and so marks its first use
+// for the store's retention.
+func (v Versioned) Fork(ctx context.Context, src, dst string) (runbox.Forked, error) {
+	done, err := v.FileStore.Fork(ctx, src, dst)
+	if err != nil {
+		return done, err
+	}
+	_, _, err = v.versions.FilesChanged(ctx, dst, -1, time.Now())
+	return done, err
 }

@@ -29,7 +29,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Remote is the file store the copies come from: s3store.Store.
@@ -40,11 +39,21 @@ type Remote interface {
 	Delete(ctx context.Context, conv string, names []string) error
 }
 
+// Versions are the versions of conversations' files in the shared state
+// (*store.Store): each change takes a new one, so that a copy knows when
+// it is behind.
+type Versions interface {
+	FilesVersion(ctx context.Context, cid string) (int64, error)
+	FilesChanged(ctx context.Context, cid string, seen int64, now time.Time) (version int64, current bool, err error)
+	FilesUsed(ctx context.Context, cid string, now time.Time) error
+	FilesRemoved(ctx context.Context, cid string) error
+}
+
 // Copies are an executor's working copies.
 type Copies struct {
 	remote   Remote
 	folders  *files.Folders
-	versions *store.Store
+	versions Versions
 	uid, gid int
 	log      *slog.Logger
 
@@ -68,7 +77,7 @@ type synced struct {
 
 // New returns working copies in folders of the files in remote; files are
 // owned by uid and gid, the sandbox user.
-func New(remote Remote, folders *files.Folders, versions *store.Store, uid, gid int, log *slog.Logger) *Copies {
+func New(remote Remote, folders *files.Folders, versions Versions, uid, gid int, log *slog.Logger) *Copies {
 	return &Copies{remote: remote, folders: folders, versions: versions, uid: uid, gid: gid,
 		log: log.With("component", "workcopy"), known: map[string]*manifest{}}
 }

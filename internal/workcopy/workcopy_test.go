@@ -103,7 +103,7 @@ func TestCopiesFollowTheConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote := &listings{Store: s3}
-	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	a, b := newExecutor(t, remote, versions), newExecutor(t, remote, versions)
 	const cid = "conv"
 
@@ -184,7 +184,7 @@ func TestPullReplacesLocalChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	for _, tc := range []struct {
 		busy bool
 		want string
@@ -245,7 +245,7 @@ func TestFailedPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote := &flaky{Store: s3}
-	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	a := newExecutor(t, remote, versions)
 	const cid = "conv"
 	a.run(t, cid, func(dir string) { write(t, dir, "kept", "1") })
@@ -276,7 +276,7 @@ func TestJanitorForgetsRemovedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	versions := store.New(testenv.Client(t, testenv.Redis(t)))
+	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	a := newExecutor(t, s3, versions)
 	const cid = "conv"
 	a.run(t, cid, func(dir string) { write(t, dir, "f", "kept") })

@@ -41,8 +41,9 @@ kills them, so that no such program finds them.
 
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
-see kernel()) that runs cell after cell in one namespace, for one
-conversation, until the agent closes the socket or kills it.
+see serve_kernel()) that runs cell after cell in one namespace, for one
+conversation, until the agent closes the socket or kills it; between
+cells it saves its namespace to a snapshot, or restores one, when asked.
 
 The zygote outlives the programs it forks, so no program may reach it:
 it makes itself not dumpable before anything else (its /proc entries are
@@ -334,7 +335,11 @@ def serve_kernel(ctl):
     {"seq", "path", "env"} carries the cell's stdin, stdout and stderr; the
     answer {"seq", "done": exit code} goes out once the cell is over and
     its stdio are back on /dev/null. SIGINT interrupts a cell
-    (KeyboardInterrupt) and is ignored between cells."""
+    (KeyboardInterrupt) and is ignored between cells. A request {"seq",
+    "save", "preload"} or {"seq", "restore"} carries one descriptor, a
+    pipe: the kernel writes a snapshot of its namespace to it
+    (save_state), or reads one into it (restore_state), and answers what
+    those return with the request's seq."""
     import builtins
     import json
     import types
@@ -357,6 +362,20 @@ def serve_kernel(ctl):
             os._exit(0)
         req = json.loads(msg)
         reap()
+        if req.get("save") or req.get("restore"):
+            if len(fds) != 1:
+                os._exit(70)
+            if req.get("save"):
+                answer = save_state(main, fds[0])
+                # Whether a restore should have the zygote import the
+                # data stack first, as this kernel had.
+                preload = filter(None, (req.get("preload") or "").split(","))
+                answer["heavy"] = any(m in sys.modules for m in preload)
+            else:
+                answer = restore_state(main, fds[0])
+            answer["seq"] = req.get("seq")
+            ctl.send(json.dumps(answer).encode())
+            continue
         if len(fds) != 3:
             os._exit(70)
         for target, fd in enumerate(fds):
@@ -389,6 +408,231 @@ def serve_kernel(ctl):
         for target in range(3):
             os.dup2(devnull, target)
         ctl.send(json.dumps({"seq": req.get("seq"), "done": code}).encode())
+
+
+# A snapshot of a kernel's namespace (save_state, restore_state) is
+# STATE_MAGIC, then records: the first the names bound to modules
+# ({name: module}), re-imported by name; then one per variable. A record is
+# its name (uint16 length, UTF-8) and its pickle in chunks (uint32 length,
+# bytes), ended by a chunk length of 0, or of ABORTED when the pickle
+# failed part way: a variable that cannot be pickled (a socket, a thread,
+# a generator) is lost alone, by name, and the snapshot goes on. One
+# pickler writes every record and one unpickler reads them, so that
+# objects two variables share stay shared. dill, where installed, pickles
+# what pickle cannot (functions and classes defined in cells, lambdas).
+STATE_MAGIC = b"RBXK1\n"
+ABORTED = 0xFFFFFFFF
+# At most this many lost names are told: the rest are counted.
+MAX_LOST_NAMES = 64
+
+
+class _ChunkSink:
+    """Writes what the pickler writes as chunks of the current record."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, b):
+        n = len(b)
+        if n:
+            view = memoryview(b).cast("B")
+            for at in range(0, n, 1 << 30):
+                part = view[at:at + (1 << 30)]
+                self.f.write(len(part).to_bytes(4, "big"))
+                self.f.write(part)
+        return n
+
+
+class _ChunkSource:
+    """Reads one record's chunks for the unpickler, then says EOF."""
+
+    def __init__(self, f):
+        self.f = f
+        self.left = 0
+        self.ended = True
+        self.aborted = False
+
+    def start(self):
+        self.left, self.ended, self.aborted = 0, False, False
+
+    def _fill(self):
+        while self.left == 0 and not self.ended:
+            n = int.from_bytes(_read_exact(self.f, 4), "big")
+            if n == 0 or n == ABORTED:
+                self.ended, self.aborted = True, n == ABORTED
+            else:
+                self.left = n
+
+    def read(self, n=-1):
+        self._fill()
+        if 0 <= n <= self.left:
+            # Within one chunk (a large buffer is one): no copy of ours.
+            self.left -= n
+            return _read_exact(self.f, n)
+        out = bytearray()
+        while n < 0 or len(out) < n:
+            self._fill()
+            if self.left == 0:
+                break
+            want = self.left if n < 0 else min(self.left, n - len(out))
+            out += _read_exact(self.f, want)
+            self.left -= want
+        return bytes(out)
+
+    def readinto(self, b):
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def readline(self):
+        out = bytearray()
+        while True:
+            c = self.read(1)
+            out += c
+            if not c or c == b"\n":
+                return bytes(out)
+
+    def skip(self):
+        while not self.ended:
+            self.read(1 << 20)
+
+
+class _Truncated(Exception):
+    """The snapshot ends in the middle of a record."""
+
+
+def _read_exact(f, n):
+    b = f.read(n)
+    if len(b) != n:
+        raise _Truncated("the snapshot ends early")
+    return b
+
+
+def _picklers():
+    """The pickler and unpickler classes: dill's where installed."""
+    try:
+        import dill
+
+        return dill.Pickler, dill.Unpickler, True
+    except Exception:
+        import pickle
+
+        return pickle._Pickler, pickle._Unpickler, False
+
+
+def _saved_names(main):
+    """The variables of a namespace a snapshot keeps, and its modules."""
+    import types
+
+    names, modules = [], {}
+    for name, value in list(main.__dict__.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+        else:
+            names.append(name)
+    return names, modules
+
+
+def _write_record(f, pickler, sink, name, value):
+    """Writes one record; returns whether its value could be pickled. A
+    failed pickle leaves the pickler's memo as it was, so that later
+    records never refer to objects the failed one defined."""
+    encoded = name.encode("utf-8", "surrogatepass")[:0xFFFF]
+    f.write(len(encoded).to_bytes(2, "big"))
+    f.write(encoded)
+    memo = pickler.memo
+    known = len(memo)
+    try:
+        pickler.dump(value)
+        ok = True
+    except Exception:
+        while len(memo) > known:
+            memo.popitem()
+        ok = False
+    f.write((0 if ok else ABORTED).to_bytes(4, "big"))
+    return ok
+
+
+def save_state(main, fd):
+    """Writes a snapshot of main's namespace to fd (then closed) and
+    returns {"saved": count, "lost": names, "lost_count"}."""
+    Pickler, _, has_dill = _picklers()
+    lost, saved = [], 0
+    # An agent that gives up closes its end: a write then fails, where
+    # SIGPIPE would end the kernel.
+    sigpipe = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            f.write(STATE_MAGIC)
+            sink = _ChunkSink(f)
+            pickler = Pickler(sink, protocol=5)
+            if has_dill:
+                pickler._main = main  # its functions' globals are this namespace
+            names, modules = _saved_names(main)
+            _write_record(f, pickler, sink, "", modules)
+            for name in names:
+                if _write_record(f, pickler, sink, name, main.__dict__.get(name)):
+                    saved += 1
+                else:
+                    lost.append(name)
+    except OSError as e:
+        return {"saved": saved, "error": "the snapshot could not be written: %s" % e.strerror}
+    finally:
+        signal.signal(signal.SIGPIPE, sigpipe)
+    return {"saved": saved, "lost": lost[:MAX_LOST_NAMES], "lost_count": len(lost)}
+
+
+def restore_state(main, fd):
+    """Reads a snapshot from fd (then closed) into main's namespace and
+    returns {"restored": count, "lost": names, "lost_count"}: the
+    variables and modules that could not be brought back."""
+    import importlib
+
+    _, Unpickler, has_dill = _picklers()
+    lost, restored = [], 0
+    try:
+        with os.fdopen(fd, "rb", buffering=1 << 20) as f:
+            if f.read(len(STATE_MAGIC)) != STATE_MAGIC:
+                return {"restored": 0, "error": "not a snapshot"}
+            source = _ChunkSource(f)
+            unpickler = Unpickler(source)
+            if has_dill:
+                unpickler._main = main
+            first = True
+            while True:
+                head = f.read(2)
+                if not head:
+                    break
+                if len(head) < 2:
+                    raise _Truncated("the snapshot ends early")
+                name = _read_exact(f, int.from_bytes(head, "big")).decode("utf-8", "surrogatepass")
+                source.start()
+                try:
+                    value = unpickler.load()
+                    ok = not source.aborted
+                except (_Truncated, OSError):
+                    raise
+                except Exception:
+                    ok = False
+                source.skip()
+                if first:
+                    first = False
+                    for var, module in (value if ok and isinstance(value, dict) else {}).items():
+                        try:
+                            main.__dict__[var] = importlib.import_module(module)
+                        except Exception:
+                            lost.append(var)
+                    continue
+                if ok and not source.aborted:
+                    main.__dict__[name] = value
+                    restored += 1
+                else:
+                    lost.append(name)
+    except (_Truncated, OSError) as e:
+        return {"restored": restored, "error": "the snapshot could not be read: %s" % e}
+    return {"restored": restored, "lost": lost[:MAX_LOST_NAMES], "lost_count": len(lost)}
 
 
 def reap():

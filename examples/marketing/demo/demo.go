@@ -126,6 +126,28 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 	rep := &Report{}
 
 	// 1. Upload the data.
+	if err := upload(ctx, cs, csv, rep, logf); err != nil {
+		return nil, err
+	}
+	// 2. The analysis: wrong first, then fixed.
+	if err := analyse(ctx, cs, rep, logf); err != nil {
+		return rep, err
+	}
+	// 3. What is there now; look at a chart; download the report.
+	if err := findOutputs(ctx, cs, rep); err != nil {
+		return rep, err
+	}
+	if err := lookAtChart(ctx, cs, rep, logf); err != nil {
+		return rep, err
+	}
+	if err := downloadReport(httpClient, rep, logf); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// upload uploads the data, in a new conversation (rep's).
+func upload(ctx context.Context, cs *mcp.ClientSession, csv []byte, rep *Report, logf func(string, ...any)) error {
 	var up struct {
 		ConversationID string `json:"conversationId"`
 		Name           string `json:"name"`
@@ -134,12 +156,16 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 	if err := callTool(ctx, cs, "upload_file", map[string]any{
 		"filename": "marketing.csv", "content_base64": base64.StdEncoding.EncodeToString(csv),
 	}, &up); err != nil {
-		return nil, err
+		return err
 	}
 	rep.ConversationID = up.ConversationID
 	logf("uploaded %s (%d bytes) to conversation %s", up.Name, up.SizeBytes, up.ConversationID)
+	return nil
+}
 
-	// 2. The analysis: wrong first, then fixed.
+// analyse runs the analysis (its first attempt fails), the charts and the
+// report, each a step of rep.
+func analyse(ctx context.Context, cs *mcp.ClientSession, rep *Report, logf func(string, ...any)) error {
 	for _, s := range []struct{ name, code string }{
 		{"analysis (first attempt)", analysisWrong},
 		{"analysis", analysis},
@@ -154,7 +180,7 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 		if err := callTool(ctx, cs, "run_code", map[string]any{
 			"language": "python", "conversationId": rep.ConversationID, "code": s.code,
 		}, &r); err != nil {
-			return rep, err
+			return err
 		}
 		rep.Steps = append(rep.Steps, Step{Name: s.name, Success: r.Success, Stdout: r.Stdout, Stderr: r.Stderr})
 		if r.Success {
@@ -162,12 +188,16 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 		} else {
 			logf("%s: failed: %s", s.name, lastLine(r.Stderr))
 			if s.name != "analysis (first attempt)" {
-				return rep, fmt.Errorf("%s failed: %s", s.name, lastLine(r.Stderr))
+				return fmt.Errorf("%s failed: %s", s.name, lastLine(r.Stderr))
 			}
 		}
 	}
+	return nil
+}
 
-	// 3. What is there now; look at a chart; download the report.
+// findOutputs lists the conversation's files: the charts and the report's
+// URL.
+func findOutputs(ctx context.Context, cs *mcp.ClientSession, rep *Report) error {
 	var list struct {
 		Files []struct {
 			Name     string `json:"name"`
@@ -176,7 +206,7 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 		} `json:"files"`
 	}
 	if err := callTool(ctx, cs, "list_files", map[string]any{"conversationId": rep.ConversationID}, &list); err != nil {
-		return rep, err
+		return err
 	}
 	for _, f := range list.Files {
 		if strings.HasPrefix(f.Name, "chart_") {
@@ -187,12 +217,17 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 		}
 	}
 	if len(rep.Charts) == 0 || rep.PDFURL == "" {
-		return rep, fmt.Errorf("the charts or the report are missing: %+v", list.Files)
+		return fmt.Errorf("the charts or the report are missing: %+v", list.Files)
 	}
+	return nil
+}
+
+// lookAtChart reads the first chart as a model sees it: an image.
+func lookAtChart(ctx context.Context, cs *mcp.ClientSession, rep *Report, logf func(string, ...any)) error {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{
 		"conversationId": rep.ConversationID, "name": rep.Charts[0]}})
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for _, c := range res.Content {
 		if img, ok := c.(*mcp.ImageContent); ok {
@@ -200,23 +235,27 @@ func Run(ctx context.Context, cs *mcp.ClientSession, csv []byte, httpClient *htt
 		}
 	}
 	if rep.Chart == nil {
-		return rep, fmt.Errorf("read_file of %s returned no image", rep.Charts[0])
+		return fmt.Errorf("read_file of %s returned no image", rep.Charts[0])
 	}
 	logf("looked at %s: %s, %d bytes", rep.Charts[0], rep.ChartMIME, len(rep.Chart))
+	return nil
+}
 
+// downloadReport downloads the report from its URL.
+func downloadReport(httpClient *http.Client, rep *Report, logf func(string, ...any)) error {
 	resp, err := httpClient.Get(rep.PDFURL)
 	if err != nil {
-		return rep, fmt.Errorf("download the report: %w", err)
+		return fmt.Errorf("download the report: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("download the report: %s", resp.Status)
+		return fmt.Errorf("download the report: %s", resp.Status)
 	}
 	if rep.PDF, err = io.ReadAll(resp.Body); err != nil {
-		return rep, fmt.Errorf("download the report: %w", err)
+		return fmt.Errorf("download the report: %w", err)
 	}
 	logf("downloaded report.pdf: %d bytes, %d pages, %d images", len(rep.PDF), PDFPages(rep.PDF), PDFImages(rep.PDF))
-	return rep, nil
+	return nil
 }
 
 var (

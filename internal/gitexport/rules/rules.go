@@ -67,19 +67,13 @@ type PathError struct{ Rule string }
 
 func (e *PathError) Error() string { return "the path " + e.Rule }
 
-// forbidden are the names no part of a path may start with: secrets
-// (.env), git's own files and hooks, CI that runs with the repository's
-// secrets (.github, .gitlab-ci.yml, .gitea), dependencies, the sandbox
-// vendor's settings. Compared in lower case: forges run on
-// case-insensitive file systems too.
-var forbidden = []string{".env", ".git", "node_modules", ".codesandbox"}
-
 // Path checks a file path in a repository: the gateway's characters, not
-// absolute, no "." or ".." part, no empty part, and no part starting with
-// .env, .git, node_modules or .codesandbox (so neither .env.local, nor
-// .git/config, .gitmodules, .github/workflows, nor sub/.env). /etc and
-// /root are absolute, hence refused with every other absolute path.
-func Path(p string) error {
+// absolute, no empty part nor one of dots only ("." and "..", and "..."
+// which Windows reads as "."), and no part that the built-in list
+// (forbidden.go) or the repository's extra patterns forbid — a
+// *ForbiddenError. /etc and /root are absolute, hence refused with every
+// other absolute path.
+func Path(p string, extra ...Pattern) error {
 	switch {
 	case p == "":
 		return &PathError{"is empty"}
@@ -94,15 +88,9 @@ func Path(p string) error {
 		switch {
 		case seg == "..":
 			return &PathError{`must not climb out of the repository ("..")`}
-		case seg == "" || seg == ".":
-			return &PathError{`must not hold empty or "." parts`}
-		}
-		lower := strings.ToLower(seg)
-		for _, f := range forbidden {
-			if strings.HasPrefix(lower, f) {
-				return &PathError{"must not name " + f + "* files or folders"}
-			}
+		case strings.Trim(seg, ".") == "":
+			return &PathError{`must not hold empty parts or parts made of dots only`}
 		}
 	}
-	return nil
+	return forbidden(p, extra)
 }

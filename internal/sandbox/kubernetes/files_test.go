@@ -1,0 +1,151 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// entry is one entry of a test archive.
+type entry struct {
+	name, body, link string
+	dir              bool
+}
+
+func archive(t *testing.T, entries ...entry) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	mtime := time.Unix(1700000000, 0)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e.name, Mode: 0o644, ModTime: mtime, Typeflag: tar.TypeReg, Size: int64(len(e.body))}
+		switch {
+		case e.dir:
+			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeDir, 0o755, 0
+		case e.link != "":
+			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeSymlink, e.link, 0
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &b
+}
+
+func readInto(t *testing.T, dir string, limit int64, entries ...entry) error {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	return readTar(archive(t, entries...), root, limit)
+}
+
+func TestCopyOutMirrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"stale.txt": "old", "keep.txt": "old", "gone/deep.txt": "x"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
+	}
+	err := readInto(t, dir, 0,
+		entry{name: "./", dir: true},
+		entry{name: "./keep.txt", body: "new"},
+		entry{name: "./sub", dir: true},
+		entry{name: "./sub/a.csv", body: "1,2"},
+		entry{name: "./link", link: "sub/a.csv"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			got[rel] = "-> " + l
+		case !d.IsDir():
+			b, _ := os.ReadFile(p)
+			got[rel] = string(b)
+		}
+		return nil
+	})
+	want := map[string]string{"keep.txt": "new", "sub/a.csv": "1,2", "link": "-> sub/a.csv"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v; want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q; want %q", k, got[k], v)
+		}
+	}
+	if st, _ := os.Stat(filepath.Join(dir, "keep.txt")); !st.ModTime().Equal(time.Unix(1700000000, 0)) {
+		t.Errorf("mtime not kept: %v", st.ModTime())
+	}
+}
+
+func TestCopyOutRefusesEscapes(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	os.WriteFile(secret, []byte("host"), 0o644)
+	tests := []struct {
+		name    string
+		entries []entry
+	}{
+		{"parent", []entry{{name: "../x", body: "evil"}}},
+		{"absolute", []entry{{name: secret, body: "evil"}}},
+		{"through a link to a folder", []entry{{name: "l", link: outside}, {name: "l/secret", body: "evil"}}},
+		{"onto a link to a file", []entry{{name: "s", link: secret}, {name: "s", body: "evil"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_ = readInto(t, dir, 0, tt.entries...)
+			if b, _ := os.ReadFile(secret); string(b) != "host" {
+				t.Fatalf("the archive wrote outside the folder: %q", b)
+			}
+		})
+	}
+}
+
+func TestCopyOutLimit(t *testing.T) {
+	dir := t.TempDir()
+	err := readInto(t, dir, 10, entry{name: "a", body: "12345"}, entry{name: "b", body: strings.Repeat("x", 6)})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v; want ErrTooLarge", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b")); err == nil {
+		t.Fatal("the file past the limit was written")
+	}
+}
+
+func TestWriteTarRoundTrips(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(src, "d/e"), 0o755)
+	os.WriteFile(filepath.Join(src, "d/e/f.txt"), []byte("deep"), 0o644)
+	os.Symlink("d/e/f.txt", filepath.Join(src, "l"))
+	var b bytes.Buffer
+	if err := writeTar(&b, src); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := os.OpenRoot(dst)
+	defer root.Close()
+	if err := readTar(&b, root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "l")); err != nil || string(got) != "deep" {
+		t.Fatalf("l: %q, %v", got, err)
+	}
+}

@@ -1,0 +1,176 @@
+package kubernetes
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+)
+
+// The executor's sandbox manager runs programs in a folder it shares
+// with the sandbox (Docker's bind mount): it writes the conversation's
+// files there before a run and reads what the run left after. A pod
+// shares no folder, so the engine carries the files at those moments,
+// watching the agent's protocol go by: before a run's frame reaches the
+// agent the folder is copied in (if it changed since the last copy), and
+// before a run's exit reaches the manager /data is copied out. The
+// manager sees a stream as Docker's.
+
+// Frame types of the agent's protocol (package agent, frame.go) the
+// copies wait on: a run's start, and its end.
+const (
+	frameRun  = 'R'
+	frameExit = 'x'
+)
+
+// copier copies a sandbox's files in and out.
+type copier interface {
+	copyIn() error
+	copyOut() error
+}
+
+// syncedStream is a sandbox's stream with its files carried around runs.
+type syncedStream struct {
+	out *io.PipeReader // to the manager, exits held until copied out
+	in  *io.PipeWriter // from the manager, runs held until copied in
+}
+
+// syncFiles wraps s: reads and writes pass through, and c copies the
+// files around each run. A failed copy ends the stream (the sandbox is
+// then of no use: its files and the folder disagree).
+func syncFiles(s io.ReadWriter, c copier) *syncedStream {
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	go func() {
+		outW.CloseWithError(relay(bufio.NewReader(s), outW, frameExit, c.copyOut))
+	}()
+	go func() {
+		inR.CloseWithError(relay(bufio.NewReader(inR), s, frameRun, c.copyIn))
+	}()
+	return &syncedStream{out: outR, in: inW}
+}
+
+func (s *syncedStream) Read(p []byte) (int, error)  { return s.out.Read(p) }
+func (s *syncedStream) Write(p []byte) (int, error) { return s.in.Write(p) }
+
+// Close ends both directions.
+func (s *syncedStream) Close() error {
+	s.in.Close()
+	s.out.Close()
+	return nil
+}
+
+// relay copies frames from r to w, calling before ahead of each frame of
+// type typ.
+func relay(r *bufio.Reader, w io.Writer, typ byte, before func() error) error {
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return err
+		}
+		n := binary.BigEndian.Uint32(hdr[1:])
+		if n > agent.MaxPayload {
+			return agent.ErrFrameTooLarge
+		}
+		if hdr[0] == typ {
+			if err := before(); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, r, int64(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// folderCopier copies between a sandbox's /data and the executor's
+// folder dir, in only when dir changed since the last copy.
+type folderCopier struct {
+	e     *Engine
+	pod   string
+	dir   string
+	limit int64 // CopyOut's
+
+	mu   sync.Mutex
+	last map[string]entryState // dir as the last copy left it
+}
+
+// copyTimeout bounds one copy.
+const copyTimeout = 2 * time.Minute
+
+// entryState is what tells a folder's entry changed.
+type entryState struct {
+	mode  fs.FileMode
+	size  int64
+	mtime time.Time
+}
+
+func (f *folderCopier) copyIn() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now, err := snapshot(f.dir)
+	if err != nil {
+		return err
+	}
+	if f.last != nil && maps.Equal(now, f.last) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
+	defer cancel()
+	if err := f.e.CopyIn(ctx, f.pod, f.dir); err != nil {
+		return err
+	}
+	f.last = now
+	return nil
+}
+
+func (f *folderCopier) copyOut() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
+	defer cancel()
+	if err := f.e.CopyOut(ctx, f.pod, f.dir, f.limit); err != nil {
+		return err
+	}
+	now, err := snapshot(f.dir)
+	if err != nil {
+		return err
+	}
+	f.last = now
+	return nil
+}
+
+// snapshot lists a folder's entries with what tells them changed.
+func snapshot(dir string) (map[string]entryState, error) {
+	out := map[string]entryState{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := entryState{mode: info.Mode()}
+		if info.Mode().IsRegular() {
+			st.size, st.mtime = info.Size(), info.ModTime()
+		}
+		out[path] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: list the working copy: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,114 @@
+package kubernetes
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func frame(typ byte, payload string) []byte {
+	b := make([]byte, 5, 5+len(payload))
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:], uint32(len(payload)))
+	return append(b, payload...)
+}
+
+// fakeCopier logs its copies into the same log as the frames.
+type fakeCopier struct {
+	mu  sync.Mutex
+	log *[]string
+	err error
+}
+
+func (f *fakeCopier) copyIn() error  { return f.note("copy in") }
+func (f *fakeCopier) copyOut() error { return f.note("copy out") }
+func (f *fakeCopier) note(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	*f.log = append(*f.log, s)
+	return f.err
+}
+
+// pod is the agent's end: what it reads is logged; once it has read a
+// run's header it answers with reply.
+type pod struct {
+	io.Reader
+	reply func()
+	mu    *sync.Mutex
+	log   *[]string
+}
+
+func (p pod) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	*p.log = append(*p.log, "to agent "+string(b[0]))
+	if b[0] == 'R' && p.reply != nil {
+		go p.reply()
+	}
+	return len(b), nil
+}
+
+func TestSyncFilesAroundRuns(t *testing.T) {
+	var log []string
+	c := &fakeCopier{log: &log}
+	agentOut := bytes.Join([][]byte{frame('o', "1\n"), frame('x', "{}")}, nil)
+	r, w := io.Pipe()
+	reply := func() {
+		w.Write(agentOut)
+		w.Close()
+	}
+	s := syncFiles(pod{Reader: r, reply: reply, mu: &c.mu, log: &log}, c)
+	defer s.Close()
+
+	// The run goes in whole (a frame written in pieces), after the copy in.
+	run := frame('R', `{"code":"print(1)"}`)
+	s.Write(run[:3])
+	s.Write(run[3:])
+	got, err := io.ReadAll(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, agentOut) {
+		t.Fatalf("the manager read %q; want %q", got, agentOut)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := "copy in,to agent R,copy out"
+	if have := strings.Join(filter(log), ","); have != want {
+		t.Fatalf("order %q; want %q", have, want)
+	}
+}
+
+// filter leaves out the header's pieces: only a frame's first write
+// names it.
+func filter(log []string) []string {
+	var out []string
+	for _, l := range log {
+		if l == "to agent R" || strings.HasPrefix(l, "copy") {
+			if len(out) == 0 || out[len(out)-1] != l {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+func TestSyncFilesFailureEndsTheStream(t *testing.T) {
+	var log []string
+	c := &fakeCopier{log: &log, err: errors.New("tar failed")}
+	s := syncFiles(pod{Reader: bytes.NewReader(frame('x', "{}")), mu: &c.mu, log: &log}, c)
+	defer s.Close()
+	if _, err := io.ReadAll(s); err == nil || !strings.Contains(err.Error(), "tar failed") {
+		t.Fatalf("read: %v; want the copy's error", err)
+	}
+	if _, err := s.Write(frame('R', "{}")); err == nil {
+		// The write may be taken before the copy fails; the next is not.
+		if _, err := s.Write(frame('R', "{}")); err == nil {
+			t.Fatal("runs still go in after a failed copy")
+		}
+	}
+}

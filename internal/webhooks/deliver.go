@@ -1,0 +1,326 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/webhooks/signature"
+)
+
+const (
+	// maxDelay bounds the wait between two attempts.
+	maxDelay = time.Hour
+	// maxRetries is asynq's bound, beyond any WEBHOOK_RETRY_FOR: the
+	// handler gives up when the webhook's time is out.
+	maxRetries = 10000
+	// taskTimeout is asynq's deadline for one attempt, a backstop: the
+	// attempt itself is bounded by AttemptTimeout.
+	taskTimeout = time.Minute
+	// maxBodyRead bounds what is read of a receiver's answer.
+	maxBodyRead = 64 << 10
+	// userAgent names the sender.
+	userAgent = "runbox-webhooks/1"
+)
+
+// payload is a delivery task's: the webhook's id.
+type payload struct {
+	ID string `json:"webhook_id"`
+}
+
+// enqueue makes webhook id's task, once: asynq refuses a second task of
+// the same id while the first exists (completed ones are kept an hour).
+func (s *Service) enqueue(ctx context.Context, id string) (bool, error) {
+	b, err := json.Marshal(payload{ID: id})
+	if err != nil {
+		return false, err
+	}
+	_, err = s.client.EnqueueContext(ctx, asynq.NewTask(TypeDeliver, b,
+		asynq.TaskID(id), asynq.Queue(Queue), asynq.MaxRetry(maxRetries),
+		asynq.Timeout(taskTimeout), asynq.Retention(time.Hour)))
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("enqueue webhook %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// delay is the wait before attempt n+1 of webhook id (n counts the
+// retries made): Backoff doubled n times, at most maxDelay, spread by
+// ±25% — by a hash of id and n rather than at random, so that the handler
+// knows the wait asynq will make (RetryDelay) when it decides whether
+// another attempt fits in the webhook's time.
+func (s *Service) delay(id string, n int) time.Duration {
+	d := s.o.Backoff
+	for range min(n, 40) {
+		if d *= 2; d >= maxDelay {
+			d = maxDelay
+			break
+		}
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id + "#" + strconv.Itoa(n)))
+	spread := 0.75 + float64(h.Sum64()%1001)/2000
+	return time.Duration(float64(d) * spread)
+}
+
+// RetryDelay is asynq's RetryDelayFunc for the webhooks' queue.
+func (s *Service) RetryDelay(n int, _ error, t *asynq.Task) time.Duration {
+	var p payload
+	_ = json.Unmarshal(t.Payload(), &p)
+	return s.delay(p.ID, n)
+}
+
+// ProcessTask makes one attempt to deliver a webhook. A 2xx answer
+// delivers it and a 410 ends it (the receiver is gone); anything else is
+// retried, after delay, while the webhook's time (WEBHOOK_RETRY_FOR since
+// it was relayed or asked for again) lasts. Every attempt is recorded.
+func (s *Service) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	var p payload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ID == "" {
+		return fmt.Errorf("decode webhook task: %w", asynq.SkipRetry)
+	}
+	w, err := s.store.Webhook(ctx, p.ID)
+	if errors.Is(err, store.ErrWebhookNotFound) {
+		s.log.Warn("webhook expired before it was delivered", "webhook", p.ID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.State != store.WebhookPending {
+		return nil // done with: this task is a stale copy
+	}
+	since := w.Since
+	if since.IsZero() {
+		since = w.Created
+	}
+	n, err := s.store.BeginAttempt(ctx, w.ID)
+	if err != nil {
+		return err
+	}
+	start := s.o.Clock.Now()
+	d := runbox.Delivery{WebhookID: w.ID, Type: w.Type, Attempt: n, At: start.UTC()}
+	code, final, err := s.attempt(ctx, w, start)
+	d.DurationMS = s.o.Clock.Since(start).Milliseconds()
+	d.StatusCode = code
+	state := ""
+	switch {
+	case err != nil && final:
+		d.Error, state = err.Error(), store.WebhookFailed
+	case err != nil:
+		d.Error = err.Error()
+	case code >= 200 && code < 300:
+		state = store.WebhookDelivered
+	case code == http.StatusGone:
+		d.Error, state = "the receiver answered 410 Gone: not tried again", store.WebhookGone
+	default:
+		d.Error = "the receiver answered " + strconv.Itoa(code)
+		if code >= 300 && code < 400 {
+			d.Error += ": redirects are not followed"
+		}
+	}
+	retried, _ := asynq.GetRetryCount(ctx)
+	if state == "" && start.Add(s.delay(w.ID, retried)).After(since.Add(s.o.RetryFor)) {
+		state = store.WebhookFailed
+		d.Error += "; given up after " + s.o.RetryFor.String()
+	}
+	// Recorded with a context of its own: the attempt was made.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.store.RecordAttempt(rctx, d, s.ttl()); err != nil {
+		s.log.Warn("record a webhook's attempt", "webhook", w.ID, "err", err)
+	}
+	s.metrics.attempt(w.Client, outcome(state), time.Duration(d.DurationMS)*time.Millisecond)
+	if state == "" {
+		s.log.Debug("webhook not delivered; retried", "webhook", w.ID, "attempt", n, "error", d.Error)
+		return errors.New(d.Error)
+	}
+	if err := s.store.EndWebhook(rctx, w, state); err != nil {
+		return err
+	}
+	s.log.Debug("webhook done with", "webhook", w.ID, "state", state, "attempts", n)
+	if state == store.WebhookFailed {
+		return fmt.Errorf("%s: %w", d.Error, asynq.SkipRetry)
+	}
+	return nil
+}
+
+func outcome(state string) string {
+	if state == "" {
+		return "retry"
+	}
+	return state
+}
+
+// attempt posts webhook w once, at now, and returns the receiver's status
+// code. An error that no retry can mend (the callback no longer allowed,
+// no secret to sign with, the record gone) is final.
+func (s *Service) attempt(ctx context.Context, w store.Webhook, now time.Time) (int, bool, error) {
+	c := s.o.Clients[w.Client]
+	if c.Secrets.Len() == 0 {
+		return 0, true, errors.New("this client has no webhook signing secret any more")
+	}
+	target, err := s.o.Policy.Parse(w.URL, c.Domains)
+	if err != nil {
+		return 0, true, errors.New(runbox.ErrorMessage(err) + " (under the settings of now)")
+	}
+	body, err := s.body(ctx, w)
+	if err != nil {
+		return 0, true, err
+	}
+	sig, err := c.Secrets.Sign(w.ID, now, body)
+	if err != nil {
+		return 0, true, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, true, errors.New("the callback URL cannot be requested")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set(signature.HeaderID, w.ID)
+	req.Header.Set(signature.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(signature.HeaderSignature, sig)
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, false, errors.New(describe(err))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyRead))
+	resp.Body.Close()
+	return resp.StatusCode, false, nil
+}
+
+// describe says why a request failed, in words that name no host detail
+// beyond what the client gave.
+func describe(err error) string {
+	if e, ok := errors.AsType[*runbox.Error](err); ok {
+		return e.Message
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timed out (" + AttemptTimeout.String() + ")"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	}
+	return "could not connect or send: " + clip(rootCause(err))
+}
+
+// rootCause is the innermost error's text.
+func rootCause(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
+
+// envelope is what a webhook's body says beside its record: what
+// happened, when, and the record again under data (Standard Webhooks'
+// recommended shape).
+type envelope struct {
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	Data      any       `json:"data"`
+}
+
+// marshal writes the body: the record's own fields at the top — the
+// contract's "the run's record", for receivers that read it as it is —
+// with the envelope's type, timestamp and data beside them, for those
+// written to Standard Webhooks. No record has a field of those names.
+func (env envelope) marshal() ([]byte, error) {
+	rec, err := json.Marshal(env.Data)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(rec, &fields); err != nil {
+		return nil, err
+	}
+	meta, err := json.Marshal(struct {
+		Type      string    `json:"type"`
+		Timestamp time.Time `json:"timestamp"`
+	}{env.Type, env.Timestamp})
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(meta, &fields); err != nil {
+		return nil, err
+	}
+	fields["data"] = rec
+	return json.Marshal(fields)
+}
+
+// body is webhook w's body, made from the record it tells of, the same
+// on every attempt: a run's record at its end (or as it started), a
+// batch's counts at its end.
+func (s *Service) body(ctx context.Context, w store.Webhook) ([]byte, error) {
+	env := envelope{Type: w.Type}
+	switch w.Type {
+	case runbox.WebhookBatchCompleted:
+		b, err := s.store.Batch(ctx, w.Subject)
+		if err != nil {
+			return nil, expired(err, "batch")
+		}
+		env.Timestamp, env.Data = b.FinishedAt, b.Batch
+	case runbox.WebhookRunStarted, runbox.WebhookRunCompleted:
+		run, err := s.store.Run(ctx, w.Subject)
+		if err != nil {
+			return nil, expired(err, "run")
+		}
+		run = Public(run)
+		env.Timestamp = run.FinishedAt
+		if w.Type == runbox.WebhookRunStarted {
+			run.Status, run.Result, run.FinishedAt = runbox.StatusRunning, nil, time.Time{}
+			env.Timestamp = run.StartedAt
+		}
+		env.Data = run
+	default:
+		return nil, fmt.Errorf("webhook of unknown type %q", w.Type)
+	}
+	return env.marshal()
+}
+
+func expired(err error, what string) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBatchNotFound) {
+		return fmt.Errorf("the %s's record has expired", what)
+	}
+	return err
+}
+
+// Public is a run's record as its client sees it: its conversation by
+// the id the client gave.
+func Public(run runbox.Run) runbox.Run {
+	run.ConversationID = publicID(run.ConversationID)
+	if run.Result != nil {
+		r := *run.Result
+		r.ConversationID = publicID(r.ConversationID)
+		run.Result = &r
+	}
+	return run
+}
+
+func publicID(key string) string {
+	if _, id, ok := runbox.ParseConversationKey(key); ok {
+		return id
+	}
+	return key
+}

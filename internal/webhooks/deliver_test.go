@@ -1,0 +1,384 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/egress"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/testenv"
+	"github.com/runbox-dev/runbox/internal/webhooks/signature"
+)
+
+// Two secrets valid at once (a rotation): receivers hold one each.
+var (
+	oldSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("the-old-secret-of-thirty-two-byt"))
+	newSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("the-new-secret-of-thirty-two-byt"))
+)
+
+// received is a request a receiver got.
+type received struct {
+	id, timestamp, signature string
+	body                     []byte
+}
+
+// receiver is a webhook receiver on loopback that answers each webhook
+// with codes in turn (the last one again once they run out) and keeps
+// what it got.
+type receiver struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	codes []int
+	got   []received
+	// extra headers of the answers (Location).
+	header http.Header
+}
+
+func newReceiver(t *testing.T, codes ...int) *receiver {
+	r := &receiver{codes: codes, header: http.Header{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		got := received{req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature"), b}
+		r.got = append(r.got, got)
+		n := 0
+		for _, g := range r.got {
+			if g.id == got.id {
+				n++
+			}
+		}
+		code := r.codes[min(n, len(r.codes))-1]
+		for k, v := range r.header {
+			w.Header()[k] = v
+		}
+		r.mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+func (r *receiver) port() string {
+	_, p, _ := net.SplitHostPort(r.srv.Listener.Addr().String())
+	return p
+}
+
+// verifies checks a request as a receiver holding secret would, from the
+// specification's text (not the library runbox signs with).
+func verifies(secret string, r received) bool {
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%s.%s", r.id, r.timestamp, r.body)
+	want := base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	for _, s := range strings.Fields(r.signature) {
+		if v, sig, _ := strings.Cut(s, ","); v == "v1" && hmac.Equal([]byte(sig), []byte(want)) {
+			return true
+		}
+	}
+	return false
+}
+
+// harness is a Service, its relay and worker on miniredis, with a store
+// to make runs in.
+type harness struct {
+	t     *testing.T
+	st    *store.Store
+	svc   *Service
+	relay *Relay
+	reg   *prometheus.Registry
+}
+
+func newHarness(t *testing.T, hosts string, retryFor time.Duration, resolver egress.Resolver) *harness {
+	_, url := testenv.Miniredis(t)
+	rdb := testenv.Client(t, url)
+	conn := store.NewConn(rdb)
+	st := store.New(conn)
+	h, err := egress.ParseHosts(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, _ := egress.ParseList("recv.test,redirect.test,rebind.example")
+	secrets, err := signature.Parse([]string{newSecret, oldSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	svc := New(conn, st, Options{
+		Policy:  &Policy{Allow: allow, Hosts: h, Resolver: resolver, Own: func() map[netip.Addr]bool { return nil }},
+		Clients: map[string]Client{"alice": {Secrets: secrets, Started: true}},
+		Backoff: 50 * time.Millisecond, RetryFor: retryFor, Registry: reg,
+	})
+	w := NewWorker(conn, svc)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return &harness{t: t, st: st, svc: svc, relay: NewRelay(svc), reg: reg}
+}
+
+// endRun makes a run of alice with a callback to url, starts and ends it,
+// and relays its webhooks. It returns the run's id.
+func (h *harness) endRun(id, url string) {
+	h.t.Helper()
+	ctx := context.Background()
+	cb, err := h.svc.Callback(ctx, "alice", url, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cid := "~alice~c-" + id
+	if _, _, err := h.st.CreateRun(ctx, store.NewRun{Run: runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now()},
+		Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: cid}, Client: "alice", Callback: cb, MaxWaiting: 1}); err != nil {
+		h.t.Fatal(err)
+	}
+	if c, err := h.st.ClaimFor(ctx, id, "ex", time.Minute, 0); err != nil || !c.OK {
+		h.t.Fatal(c, err)
+	}
+	if _, err := h.st.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
+		Result: &runbox.Result{Success: true, Stdout: "hi\n", RunID: id, ConversationID: cid}, Conversation: cid}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.relay.Pass(ctx)
+	if out, _ := h.st.Outbox(ctx, 10); len(out) != 0 {
+		h.t.Fatalf("outbox after the relay: %v", out)
+	}
+}
+
+// waitState waits for webhook id to be in state.
+func (h *harness) waitState(id, state string) store.Webhook {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w, err := h.st.Webhook(context.Background(), id)
+		if err == nil && w.State == state {
+			return w
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("webhook %s: %+v, %v; want %s", id, w, err, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) deliveries(run string) []runbox.Delivery {
+	h.t.Helper()
+	ds, err := h.svc.Deliveries(context.Background(), run, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ds
+}
+
+// TestDeliverRetriesSigned: a receiver that refuses twice and then
+// accepts gets the same webhook three times, each signed for either
+// secret of the rotation, with its own timestamp; each attempt is
+// recorded and counted. Asked for again, it comes a fourth time.
+func TestDeliverRetriesSigned(t *testing.T) {
+	rcv := newReceiver(t, 500, 503, 200)
+	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h.endRun("run_signed", "http://recv.test:"+rcv.port()+"/hook")
+	id := store.WebhookID("run_signed", runbox.WebhookRunCompleted)
+	started := store.WebhookID("run_signed", runbox.WebhookRunStarted)
+	h.waitState(id, store.WebhookDelivered)
+	h.waitState(started, store.WebhookDelivered)
+
+	var got []received
+	for _, r := range rcv.requests() {
+		if r.id == id {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("the receiver got the completion %d times", len(got))
+	}
+	for i, r := range got {
+		if !verifies(oldSecret, r) || !verifies(newSecret, r) {
+			t.Errorf("attempt %d: signature %q does not verify with both secrets", i+1, r.signature)
+		}
+		if string(r.body) != string(got[0].body) {
+			t.Errorf("attempt %d: another body %s", i+1, r.body)
+		}
+	}
+	var env struct {
+		Type      string     `json:"type"`
+		Timestamp time.Time  `json:"timestamp"`
+		Data      runbox.Run `json:"data"`
+	}
+	if err := json.Unmarshal(got[0].body, &env); err != nil {
+		t.Fatal(err)
+	}
+	if env.Type != runbox.WebhookRunCompleted || env.Data.ID != "run_signed" || env.Data.Status != runbox.StatusSucceeded ||
+		env.Data.ConversationID != "c-run_signed" || env.Data.Result == nil || env.Data.Result.Stdout != "hi\n" ||
+		env.Data.Result.ConversationID != "c-run_signed" || env.Timestamp.IsZero() {
+		t.Errorf("body %s", got[0].body)
+	}
+	// The body is the run's record too, as it is, beside the envelope.
+	var top runbox.Run
+	if err := json.Unmarshal(got[0].body, &top); err != nil || top.ID != "run_signed" || top.Status != runbox.StatusSucceeded ||
+		top.Result == nil || top.Result.Stdout != "hi\n" {
+		t.Errorf("the body is not the run's record: %s", got[0].body)
+	}
+
+	ds := h.deliveries("run_signed")
+	var codes []int
+	for _, d := range ds {
+		if d.WebhookID == id {
+			codes = append(codes, d.StatusCode)
+			if d.At.IsZero() || (d.StatusCode != 200) != (d.Error != "") {
+				t.Errorf("attempt %+v", d)
+			}
+		}
+	}
+	if fmt.Sprint(codes) != "[500 503 200]" {
+		t.Errorf("recorded codes %v; deliveries %+v", codes, ds)
+	}
+	// Two of each webhook, its start's and its end's.
+	if n := testutil.ToFloat64(h.svc.metrics.attempts.WithLabelValues("alice", "retry")); n != 4 {
+		t.Errorf("%v attempts counted as retried", n)
+	}
+
+	// Asked for again: delivered again, with the same id.
+	if _, err := h.svc.Redeliver(context.Background(), "run_signed", false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for n := 0; n < 4; {
+		n = 0
+		for _, r := range rcv.requests() {
+			if r.id == id {
+				n++
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redelivered %d times", n-3)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.waitState(id, store.WebhookDelivered)
+	if _, err := h.svc.Redeliver(context.Background(), "run_none", false); err != ErrNoWebhook {
+		t.Errorf("Redeliver of a run without webhooks: %v", err)
+	}
+}
+
+// TestDeliverGoneStops: 410 ends the webhook after one attempt.
+func TestDeliverGoneStops(t *testing.T) {
+	rcv := newReceiver(t, 410)
+	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h.endRun("run_gone", "http://recv.test:"+rcv.port()+"/")
+	id := store.WebhookID("run_gone", runbox.WebhookRunCompleted)
+	h.waitState(id, store.WebhookGone)
+	h.waitState(store.WebhookID("run_gone", runbox.WebhookRunStarted), store.WebhookGone)
+	info, err := h.svc.inspector.GetTaskInfo(Queue, id)
+	if err != nil || info.State != asynq.TaskStateCompleted {
+		t.Fatalf("the task after 410: %+v, %v", info, err)
+	}
+	if n, _ := h.st.PendingWebhooks(context.Background(), "alice", time.Hour); n != 0 {
+		t.Errorf("%d webhooks of alice still pending", n)
+	}
+}
+
+// TestDeliverNoRedirect: a redirect — here to a loopback server the
+// policy would never allow — is not followed: the attempt fails with
+// its code.
+func TestDeliverNoRedirect(t *testing.T) {
+	target := newReceiver(t, 200)
+	rcv := newReceiver(t, 302, 200)
+	rcv.header.Set("Location", target.srv.URL+"/stolen")
+	h := newHarness(t, "redirect.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h.endRun("run_redirect", "http://redirect.test:"+rcv.port()+"/")
+	id := store.WebhookID("run_redirect", runbox.WebhookRunCompleted)
+	h.waitState(id, store.WebhookDelivered)
+	if n := len(target.requests()); n != 0 {
+		t.Fatalf("the redirect was followed %d times", n)
+	}
+	ds := h.deliveries("run_redirect")
+	if first := ds[0]; first.StatusCode != 302 || !strings.Contains(first.Error, "redirects are not followed") {
+		t.Errorf("first attempt %+v", first)
+	}
+}
+
+// rebinding resolves a name to a public address at first, then to
+// loopback: what a DNS rebinding attack does between a check and a
+// connection.
+type rebinding struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (r *rebinding) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls == 1 {
+		return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+	}
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// TestDeliverRebinding: a name checked at submit time that resolves to
+// loopback at delivery is refused at the connection, and the attempt
+// says why; given its time, the webhook is given up.
+func TestDeliverRebinding(t *testing.T) {
+	h := newHarness(t, "", 2*time.Second, &rebinding{})
+	h.endRun("run_rebind", "https://rebind.example/hook")
+	id := store.WebhookID("run_rebind", runbox.WebhookRunCompleted)
+	h.waitState(id, store.WebhookFailed)
+	ds := h.deliveries("run_rebind")
+	var last runbox.Delivery
+	for _, d := range ds {
+		if d.WebhookID == id {
+			last = d
+			if !strings.Contains(d.Error, "resolves to a loopback address") {
+				t.Errorf("attempt %+v", d)
+			}
+		}
+	}
+	if !strings.Contains(last.Error, "given up") {
+		t.Errorf("last attempt %+v", last)
+	}
+	info, err := h.svc.inspector.GetTaskInfo(Queue, id)
+	if err != nil || info.State != asynq.TaskStateArchived {
+		t.Fatalf("the task given up: %+v, %v", info, err)
+	}
+}
+
+// TestDelayGrows: back-off doubles from Backoff, spread by at most a
+// quarter, up to maxDelay.
+func TestDelayGrows(t *testing.T) {
+	s := &Service{o: Options{Backoff: 5 * time.Second}}
+	for n, base := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
+		d := s.delay("msg_x", n)
+		if d < base*3/4 || d > base*5/4 {
+			t.Errorf("delay(%d) = %v; want %v ± 25%%", n, d, base)
+		}
+		if d != s.delay("msg_x", n) {
+			t.Errorf("delay(%d) differs between calls", n)
+		}
+	}
+	if d := s.delay("msg_x", 1000); d > maxDelay*5/4 || d < maxDelay*3/4 {
+		t.Errorf("delay(1000) = %v", d)
+	}
+}

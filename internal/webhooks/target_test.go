@@ -1,0 +1,161 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/egress"
+)
+
+// fakeResolver resolves the names it holds.
+type fakeResolver map[string][]string
+
+func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, a := range r[host] {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no such host")
+	}
+	return out, nil
+}
+
+func testPolicy(t testing.TB) *Policy {
+	allow, err := egress.ParseList("hooks.example,*.sub.example,localhost,meta.example,mixed.example,own.example,recv.test,nxdomain.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := egress.ParseHosts("recv.test=127.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Policy{Allow: allow, Hosts: hosts,
+		Resolver: fakeResolver{
+			"hooks.example":   {"93.184.216.34"},
+			"a.sub.example":   {"93.184.216.35"},
+			"client.example":  {"93.184.216.36", "2606:2800:220:1::1"},
+			"localhost":       {"127.0.0.1", "::1"},
+			"meta.example":    {"169.254.169.254"},
+			"mixed.example":   {"93.184.216.34", "10.0.0.1"},
+			"own.example":     {"8.8.4.4"},
+			"mapped6.example": {"::ffff:127.0.0.1"},
+		},
+		Own: func() map[netip.Addr]bool { return map[netip.Addr]bool{netip.MustParseAddr("8.8.4.4"): true} },
+	}
+}
+
+var clientDomains = egress.Patterns{must(egress.ParsePattern("client.example"))}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestCallbackAccepted(t *testing.T) {
+	p := testPolicy(t)
+	for raw, want := range map[string]string{
+		"https://hooks.example/path?q=1":     "https://hooks.example/path?q=1",
+		"HTTPS://HOOKS.Example./x":           "https://hooks.example/x",
+		"https://hooks.example:443/":         "https://hooks.example:443/",
+		"https://a.sub.example/hook":         "https://a.sub.example/hook",
+		"https://client.example/hook":        "https://client.example/hook",
+		"http://recv.test:8080/hook":         "http://recv.test:8080/hook",
+		"https://recv.test:8080/hook":        "https://recv.test:8080/hook",
+		"http://recv.test.:8080/h?x=%2F&y=1": "http://recv.test:8080/h?x=%2F&y=1",
+	} {
+		got, err := p.Check(context.Background(), raw, clientDomains)
+		if err != nil || got != want {
+			t.Errorf("Check(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+}
+
+// TestCallbackAttacks: every way to point a callback at what it must not
+// reach is refused at submit time, with a clear invalid_argument.
+func TestCallbackAttacks(t *testing.T) {
+	p := testPolicy(t)
+	for _, raw := range []string{
+		// Address literals in every form.
+		"https://127.0.0.1/", "https://127.0.0.1./", "https://2130706433/", "https://0x7f000001/", "https://0177.0.0.1/",
+		"https://0x7f.0.0.1/", "https://127.1/", "https://0/", "https://0.0.0.0/", "https://[::1]/", "https://[::]/",
+		"https://[::ffff:127.0.0.1]/", "https://[0:0:0:0:0:ffff:7f00:1]/", "https://[::ffff:7f00:1]/", "https://[fe80::1%25eth0]/",
+		"https://169.254.169.254/latest/meta-data/", "https://[fd00:ec2::254]/", "https://100.100.100.200/",
+		"https://%31%32%37.0.0.1/", "https://127.0.0.1:443/", "https://1.1.1.1/",
+		// Names that are addresses, or not ASCII.
+		"https://①②⑦.0.0.1/", "https://127。0。0。1/", "https://ｈｏｏｋｓ.example/", "https://hooks.exampl\u0435/",
+		// User info, backslashes, spaces, fragments.
+		"https://evil@127.0.0.1/", "https://hooks.example@127.0.0.1/", "https://user:pw@hooks.example/",
+		"https://hooks.example\\@127.0.0.1/", "https://hooks.example /", "https://hooks.example/#frag",
+		"https://hooks.example/\r\nX: y",
+		// Schemes, ports, hosts not allowed.
+		"http://hooks.example/", "ftp://hooks.example/", "javascript:alert(1)", "//hooks.example/", "https:/hooks.example/",
+		"hooks.example", "https://hooks.example:8443/", "https://hooks.example:0/", "https://hooks.example:99999/",
+		"http://recv.test:9999/", "http://recv.test/", "https://other.example/", "https://sub.example/",
+		"https://hooks.example.evil.com/", "https://" + strings.Repeat("a", 2050) + ".example/",
+		// Names that resolve to what they must not lead to.
+		"https://localhost/", "https://meta.example/", "https://mixed.example/", "https://own.example/",
+		"https://nxdomain.example/", "https://mapped6.example/",
+	} {
+		got, err := p.Check(context.Background(), raw, clientDomains)
+		if err == nil {
+			t.Errorf("Check(%q) accepted as %q", raw, got)
+			continue
+		}
+		if runbox.ErrorCode(err) != runbox.EInvalid || !strings.HasPrefix(runbox.ErrorMessage(err), "callback_url: ") {
+			t.Errorf("Check(%q): %v", raw, err)
+		}
+	}
+}
+
+// FuzzParse: whatever Parse accepts names an allowed host, never an
+// address, and requests exactly that host and port.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"https://hooks.example/x", "http://recv.test:8080/", "https://127.0.0.1/",
+		"https://[::ffff:127.0.0.1]/", "https://evil@hooks.example/", "https://HOOKS.example.:443/a?b#c"} {
+		f.Add(s)
+	}
+	p := testPolicy(f)
+	f.Fuzz(func(t *testing.T, raw string) {
+		tg, err := p.Parse(raw, clientDomains)
+		if err != nil {
+			return
+		}
+		if _, err := netip.ParseAddr(tg.Host); err == nil || !egress.IsHostName(tg.Host) {
+			t.Fatalf("%q accepted with host %q", raw, tg.Host)
+		}
+		if !p.Allow.Match(tg.Host) && !clientDomains.Match(tg.Host) {
+			t.Fatalf("%q accepted for a host not allowed: %q", raw, tg.Host)
+		}
+		u, err := url.Parse(tg.URL)
+		if err != nil || u.User != nil || egress.NormalizeHost(u.Hostname()) != tg.Host {
+			t.Fatalf("%q became %q (host %q)", raw, tg.URL, tg.Host)
+		}
+		m, mapped := p.Hosts[tg.Host]
+		if mapped && !m.Allows(tg.Port) || !mapped && (tg.Port != 443 || u.Scheme != "https") {
+			t.Fatalf("%q accepted on port %d", raw, tg.Port)
+		}
+	})
+}
+
+// TestCallbackDenyRanges: SANDBOX_EGRESS_DENY_CIDRS holds for callbacks
+// as for the proxy's connections.
+func TestCallbackDenyRanges(t *testing.T) {
+	p := testPolicy(t)
+	deny, err := egress.ParseRanges("93.184.216.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Deny = deny
+	_, err = p.Check(context.Background(), "https://hooks.example/", clientDomains)
+	if err == nil || !strings.Contains(runbox.ErrorMessage(err), "SANDBOX_EGRESS_DENY_CIDRS") {
+		t.Fatalf("a callback into a denied range: %v", err)
+	}
+}

@@ -1,0 +1,246 @@
+// Package webhooks tells clients' receivers that their runs ended (and,
+// if they asked, started) and that their batches ended: each webhook a
+// POST of the record as JSON, signed per Standard Webhooks (signature),
+// delivered at least once through asynq's queue "webhooks" with the same
+// webhook-id on every attempt, retried with exponential back-off and
+// jitter for WEBHOOK_RETRY_FOR, never to a place the policy refuses
+// (target.go).
+//
+// A webhook is written to an outbox by the script that records what it
+// tells of (internal/store); the Relay moves the outbox into asynq (the
+// task's id is the webhook's, so moving one twice makes one task); the
+// Worker delivers. The Service checks callbacks when runs are submitted,
+// and answers for deliveries.
+package webhooks
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/egress"
+	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox/internal/webhooks/signature"
+)
+
+// Queue is asynq's queue of webhooks; TypeDeliver its tasks' type.
+const (
+	Queue       = "webhooks"
+	TypeDeliver = "webhook"
+)
+
+// Defaults of WEBHOOK_BACKOFF and WEBHOOK_RETRY_FOR.
+const (
+	DefaultBackoff  = 5 * time.Second
+	DefaultRetryFor = 24 * time.Hour
+)
+
+// MaxPending bounds the webhooks of one client not yet done with
+// (delivered, given up, or gone): past it, runs and batches asking for
+// callbacks are refused until receivers catch up. It bounds what a
+// client whose receiver is down can make Redis hold.
+const MaxPending = 10000
+
+// keep is how long a webhook, its attempts and the record it tells of are
+// kept beyond its retries.
+const keep = 24 * time.Hour
+
+// Client is a client's webhook settings.
+type Client struct {
+	// Secrets sign its webhooks; none: it may not ask for any.
+	Secrets signature.Secrets
+	// URL is its default callback (webhook_url): runs submitted one by
+	// one and batches that name none are told of there.
+	URL string
+	// Domains are the hosts its callbacks may go to besides
+	// WEBHOOK_ALLOW (webhook_domains).
+	Domains egress.Patterns
+	// Started: its runs' starts are told of too (webhook_events
+	// run.started).
+	Started bool
+}
+
+// Events are the webhook_events a client may name; a run's end and a
+// batch's are always told of.
+var Events = []string{runbox.WebhookRunStarted, runbox.WebhookRunCompleted, runbox.WebhookBatchCompleted}
+
+// Store is what webhooks need of internal/store.
+type Store interface {
+	Webhook(ctx context.Context, id string) (store.Webhook, error)
+	Outbox(ctx context.Context, n int) ([]string, error)
+	Relayed(ctx context.Context, id string, ttl time.Duration) error
+	BeginAttempt(ctx context.Context, id string) (int, error)
+	RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.Duration) error
+	EndWebhook(ctx context.Context, w store.Webhook, state string) error
+	Redeliver(ctx context.Context, w store.Webhook, ttl time.Duration) error
+	PendingWebhooks(ctx context.Context, client string, horizon time.Duration) (int, error)
+	Deliveries(ctx context.Context, ids ...string) ([]runbox.Delivery, error)
+	Run(ctx context.Context, id string) (runbox.Run, error)
+	Batch(ctx context.Context, id string) (store.BatchRecord, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	Policy *Policy
+	// Clients are the clients' settings, by name.
+	Clients map[string]Client
+	// Backoff is the first retry's delay, doubling with jitter
+	// (WEBHOOK_BACKOFF); RetryFor how long a webhook is retried
+	// (WEBHOOK_RETRY_FOR).
+	Backoff, RetryFor time.Duration
+	// RootCAs, when set, are the roots receivers' certificates are
+	// checked against instead of the system's (tests).
+	RootCAs  *x509.CertPool
+	Clock    clockwork.Clock
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+}
+
+// Service checks callbacks and delivers webhooks.
+type Service struct {
+	o         Options
+	store     Store
+	http      *http.Client
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	log       *slog.Logger
+	metrics   metrics
+}
+
+// New returns a Service whose asynq parts share conn, the process's
+// connection (closed by the caller).
+func New(conn *store.Conn, st Store, o Options) *Service {
+	if o.Backoff <= 0 {
+		o.Backoff = DefaultBackoff
+	}
+	if o.RetryFor <= 0 {
+		o.RetryFor = DefaultRetryFor
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Policy == nil {
+		o.Policy = &Policy{}
+	}
+	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs),
+		client: asynq.NewClientFromRedisClient(conn.Redis()), inspector: asynq.NewInspectorFromRedisClient(conn.Redis()),
+		log: o.Logger.With("component", "webhooks"), metrics: newMetrics(o.Registry)}
+}
+
+// ttl is how long a webhook and what it tells of are kept once relayed.
+func (s *Service) ttl() time.Duration { return s.o.RetryFor + keep }
+
+// Callback checks where a run of client is told of: url, or when it is
+// empty and fallback is set, the client's default (webhook_url). No URL
+// at all is no callback. A URL the policy refuses is an invalid_argument
+// naming why, at once: never a webhook silently dropped later.
+func (s *Service) Callback(ctx context.Context, client, url string, fallback bool) (store.Callback, error) {
+	c := s.o.Clients[client]
+	if url == "" {
+		if !fallback || c.URL == "" {
+			return store.Callback{}, nil
+		}
+		url = c.URL
+	}
+	if c.Secrets.Len() == 0 {
+		return store.Callback{}, runbox.Errorf(runbox.EInvalid,
+			"callback_url: this client has no webhook signing secret (webhook_secret in CLIENTS_FILE, or WEBHOOK_SECRET for the token MCP_API_TOKEN)")
+	}
+	checked, err := s.o.Policy.Check(ctx, url, c.Domains)
+	if err != nil {
+		return store.Callback{}, err
+	}
+	return store.Callback{URL: checked, Started: c.Started}, nil
+}
+
+// Admit refuses n more webhooks of client while it has MaxPending not
+// yet done with.
+func (s *Service) Admit(ctx context.Context, client string, n int) error {
+	if n == 0 {
+		return nil
+	}
+	pending, err := s.store.PendingWebhooks(ctx, client, s.ttl())
+	if err != nil {
+		return err
+	}
+	if pending+n > MaxPending {
+		return runbox.Limited(runbox.EBusy, time.Minute,
+			"this client has %d webhooks not yet delivered, and may have %d; retry when its receiver has caught up", pending, MaxPending)
+	}
+	return nil
+}
+
+// ids are the webhooks that may tell of a run, or of a batch.
+func ids(subject string, batch bool) []string {
+	if batch {
+		return []string{store.WebhookID(subject, runbox.WebhookBatchCompleted)}
+	}
+	return []string{store.WebhookID(subject, runbox.WebhookRunStarted), store.WebhookID(subject, runbox.WebhookRunCompleted)}
+}
+
+// Deliveries returns the attempts to deliver the webhooks of a run (or of
+// a batch), oldest first. The caller has checked that the subject is the
+// client's.
+func (s *Service) Deliveries(ctx context.Context, subject string, batch bool) ([]runbox.Delivery, error) {
+	return s.store.Deliveries(ctx, ids(subject, batch)...)
+}
+
+// ErrNoWebhook reports a run or batch that has no webhook (yet).
+var ErrNoWebhook = runbox.Errorf(runbox.ENotFound, "no webhook was written for this: it asked for no callback, or has not ended")
+
+// Redeliver delivers the webhook of a run's end (or a batch's) again,
+// with its id, its retries' clock started anew. It returns the webhook.
+func (s *Service) Redeliver(ctx context.Context, subject string, batch bool) (store.Webhook, error) {
+	all := ids(subject, batch)
+	w, err := s.store.Webhook(ctx, all[len(all)-1])
+	if errors.Is(err, store.ErrWebhookNotFound) {
+		return store.Webhook{}, ErrNoWebhook
+	}
+	if err != nil {
+		return store.Webhook{}, err
+	}
+	if err := s.store.Redeliver(ctx, w, s.ttl()); err != nil {
+		return store.Webhook{}, err
+	}
+	if err := s.requeue(ctx, w.ID); err != nil {
+		return store.Webhook{}, err
+	}
+	w.State = store.WebhookPending
+	return w, nil
+}
+
+// requeue makes webhook id's task pending: a new task when asynq has none
+// or is done with it, the waiting one run now when it waits for a retry.
+func (s *Service) requeue(ctx context.Context, id string) error {
+	info, err := s.inspector.GetTaskInfo(Queue, id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
+	case err != nil:
+		return fmt.Errorf("redeliver webhook %s: %w", id, err)
+	case info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled:
+		if err := s.inspector.RunTask(Queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return fmt.Errorf("redeliver webhook %s: %w", id, err)
+		}
+		return nil
+	case info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted:
+		if err := s.inspector.DeleteTask(Queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return fmt.Errorf("redeliver webhook %s: %w", id, err)
+		}
+	default:
+		return nil // waiting, or being delivered
+	}
+	_, err = s.enqueue(ctx, id)
+	return err
+}
