@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/client"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -116,6 +117,30 @@ func (p pods) executorOf(t testing.TB, host string) string {
 		return v
 	}
 	return pod.Labels[sandbox.LabelExecutor]
+}
+
+// readAll returns what the file path holds in each running sandbox pod
+// that has it, one after the other: a pod's /data reaches its executor's
+// folder only after a run, so what a run cut short wrote is read there.
+func (p pods) readAll(t testing.TB, k *testenv.Cluster, path string) string {
+	list, err := p.c.CoreV1().Pods(p.ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: k8s.LabelSandbox + "=true", FieldSelector: "status.phase=Running",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, pod := range list.Items {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := k.KubectlContext(ctx, nil, "-n", p.ns, "exec", pod.Name, "-c", k8s.Container, "--",
+			"cat", path)
+		cancel()
+		if err != nil && !strings.Contains(err.Error(), "No such file") {
+			t.Logf("read %s in pod %s: %v", path, pod.Name, err)
+		}
+		all.WriteString(out)
+	}
+	return all.String()
 }
 
 // engineFor returns the sandboxes the service's executors make, and the
