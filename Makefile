@@ -29,7 +29,7 @@ K8S_TESTS = ^(TestMCP|TestREST|TestKeptState|TestKeptStateCancel|TestEgress|Test
 ## then the containment, recycling and core end-to-end tests under gVisor
 test: test-deps images
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 60m $$($(GO) list ./... | grep -vxF $(CLUSTER_PKGS:./%=-e github.com/runbox-dev/runbox/%))
+	$(GO) test -race -count=1 -timeout 60m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CLUSTER_PKGS))")
 	SANDBOX_RUNTIME=runsc $(GO) test -race -count=1 -timeout 30m -run '$(RUNSC_TESTS)' ./e2e
 	$(GO) test -race -count=1 -timeout 40m $(CLUSTER_PKGS)
 
