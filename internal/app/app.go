@@ -259,7 +259,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.Egress.Secrets},
 		ServerIdle: cfg.ServerTTL,
 		LinkAddr:   linkAddr,
-	}, conn, st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
+	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
 	if err := ex.Start(ctx); err != nil {
 		if linkListener != nil {
 			linkListener.Close()

@@ -36,6 +36,7 @@ type rig struct {
 	e       *Executor
 	store   *store.Store
 	sched   *queue.Scheduler
+	conn    *store.Conn
 	folders *files.Folders
 	n       int
 	stop    sync.Once
@@ -62,11 +63,11 @@ func newRig(t *testing.T, cfg Config) *rig {
 	cfg.Schedule = lifecycle.Periodic(clockwork.NewRealClock())
 	m := sandbox.NewManager(docker.New(testenv.Docker(t), docker.Options{}), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
 		Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}, MaxWarm: sandbox.WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
-	e := New(cfg, conn, st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
+	e := New(cfg, queue.NewWorker(conn, cfg.ID, log.With("executor", cfg.ID)), st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, e: e, store: st, sched: sched, folders: folders}
+	r := &rig{t: t, e: e, store: st, sched: sched, conn: conn, folders: folders}
 	t.Cleanup(func() { r.shutdown() })
 	return r
 }
@@ -395,7 +396,7 @@ func TestShutdownLeavesWaitingRunQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := r.submit(runbox.Spec{ConversationID: cid, Code: "echo ran"})
-	in := asynq.NewInspectorFromRedisClient(r.e.conn.Redis())
+	in := asynq.NewInspectorFromRedisClient(r.conn.Redis())
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		info, err := in.GetTaskInfo(queue.ExecutorQueue(r.e.cfg.ID), id)
 		if err == nil && info.State == asynq.TaskStateActive {

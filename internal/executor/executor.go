@@ -1,4 +1,4 @@
-// Package executor runs queued programs: it takes run tasks from asynq,
+// Package executor runs queued programs: it takes run tasks from the queue,
 // claims each run in the store so that it never runs twice, runs it in a
 // sandbox, streams its output as events, and records the result with the
 // files the program wrote.
@@ -15,14 +15,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/watchdog"
@@ -98,11 +96,12 @@ type Executor struct {
 	sandboxes Sandboxes
 	folders   Workspace
 	signer    *files.Signer
-	sched     *queue.Scheduler
+	sched     Scheduler
 	log       *slog.Logger
-	conn      *store.Conn // shared with the store and the queue client
 
-	srv     *asynq.Server
+	tasks Tasks
+	// serving: Start has started taking tasks, which Shutdown stops.
+	serving bool
 	runners []runbox.Runner
 	started time.Time
 	// landlock says that its sandboxes hold programs to filesystem rules.
@@ -137,8 +136,29 @@ type Executor struct {
 	reaper     *peerReaper     // of the janitor; also at shutdown
 }
 
-// New returns an Executor. Start starts it.
-func New(cfg Config, conn *store.Conn, st *store.Store, sched *queue.Scheduler, sandboxes Sandboxes,
+// Tasks hands the executor the run tasks of its queues (*queue.Worker).
+type Tasks interface {
+	// Start hands handle the runs queued for this executor or for any,
+	// concurrency at once, asking every poll when idle.
+	Start(concurrency int, poll time.Duration, handle func(ctx context.Context, runID string) error) error
+	// Stop stops taking tasks; Shutdown waits for those being handled.
+	Stop()
+	Shutdown()
+	// RemoveQueue removes the executor's own queue when nothing waits
+	// in it.
+	RemoveQueue()
+}
+
+// Scheduler enqueues runs as their conversations move on
+// (*queue.Scheduler).
+type Scheduler interface {
+	watchdog.Scheduler
+	// EnqueueFor queues a run, whose spec is given, for executor.
+	EnqueueFor(ctx context.Context, id string, spec runbox.Spec, executor string) error
+}
+
+// New returns an Executor that takes its runs from tasks. Start starts it.
+func New(cfg Config, tasks Tasks, st *store.Store, sched Scheduler, sandboxes Sandboxes,
 	folders Workspace, signer *files.Signer, log *slog.Logger) *Executor {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
@@ -164,7 +184,7 @@ func New(cfg Config, conn *store.Conn, st *store.Store, sched *queue.Scheduler, 
 	}
 	e := &Executor{
 		cfg: cfg, store: st, sched: sched, sandboxes: sandboxes, folders: folders, signer: signer,
-		log: log.With("executor", cfg.ID), conn: conn, active: map[string]*activeRun{},
+		log: log.With("executor", cfg.ID), tasks: tasks, active: map[string]*activeRun{},
 		slots: make(chan struct{}, max(cfg.Concurrency, 1)), convs: keyedMutex{m: map[string]*keyedEntry{}},
 		metrics: newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
 	}
@@ -211,33 +231,20 @@ func (e *Executor) Start(ctx context.Context) error {
 		return err
 	}
 
-	e.srv = asynq.NewServerFromRedisClient(e.conn.Redis(), asynq.Config{
-		Concurrency: e.cfg.Concurrency,
-		// Its own queue (the conversations whose sandbox it holds) more
-		// often than the shared one, never only: new conversations must
-		// not wait while owned ones keep coming.
-		Queues:            map[string]int{queue.ExecutorQueue(e.cfg.ID): 2, queue.Name: 1},
-		TaskCheckInterval: e.cfg.PollInterval,
-		// Our own shutdown ends every run before asynq's; this is a backstop.
-		ShutdownTimeout: 10 * time.Second,
-		Logger:          queue.Logger{L: e.log.With("component", "asynq")},
-		LogLevel:        asynq.WarnLevel,
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc(queue.TypeRun, e.ProcessTask)
-	if err := e.srv.Start(mux); err != nil {
-		return fmt.Errorf("start worker: %w", err)
+	e.serving = true
+	if err := e.tasks.Start(e.cfg.Concurrency, e.cfg.PollInterval, e.processTask); err != nil {
+		return err
 	}
 
 	// The background parts outlive the start's context: Shutdown stops
 	// them, in reverse order.
 	e.background = e.backgroundParts()
 	if err := e.background.Start(context.WithoutCancel(ctx)); err != nil {
-		e.srv.Shutdown()
+		e.tasks.Shutdown()
 		return err
 	}
 	if err := e.announced.Start(context.WithoutCancel(ctx)); err != nil {
-		e.srv.Shutdown()
+		e.tasks.Shutdown()
 		e.background.Stop()
 		return err
 	}
@@ -335,7 +342,7 @@ const sandboxRemoval = 90 * time.Second
 // running and none runs again. It returns when every sandbox is removed:
 // its own, and those its dead peers left on this host (peers.go).
 func (e *Executor) Shutdown(ctx context.Context) {
-	if e.srv == nil {
+	if !e.serving {
 		return
 	}
 	// From here no run is claimed (process): one that asynq hands a
@@ -357,7 +364,7 @@ func (e *Executor) Shutdown(ctx context.Context) {
 	}
 	dcancel()
 	e.announced.Stop()
-	e.srv.Stop()
+	e.tasks.Stop()
 	grace := time.NewTimer(e.cfg.ShutdownGrace)
 	defer grace.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -379,8 +386,8 @@ wait:
 			<-tick.C
 		}
 	}
-	e.srv.Shutdown()
-	e.removeQueue()
+	e.tasks.Shutdown()
+	e.tasks.RemoveQueue()
 	// A handler asynq was starting as the wait above ended may have
 	// started a run (and detached it) since.
 	e.cancelAll(ErrShutdown)
@@ -404,17 +411,6 @@ wait:
 	defer rcancel()
 	e.reaper.atShutdown(rctx)
 	e.log.Info("executor stopped")
-}
-
-// removeQueue removes the executor's own queue from asynq (and so from the
-// dashboard) when nothing waits in it; what does is enqueued again for
-// any executor by the sweep once this one is gone.
-func (e *Executor) removeQueue() {
-	in := asynq.NewInspectorFromRedisClient(e.conn.Redis()) // holds no connection of its own: never closed
-	err := in.DeleteQueue(queue.ExecutorQueue(e.cfg.ID), false)
-	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-		e.log.Info("keep the executor's queue", "err", err)
-	}
 }
 
 func (e *Executor) isStopping() bool {

@@ -9,30 +9,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/packages"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
-// ProcessTask runs one run task. It is asynq's handler.
-func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	p, err := queue.Decode(t)
-	if err != nil {
-		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
-	}
+// processTask runs the run of one task. It is the queue's handler.
+func (e *Executor) processTask(ctx context.Context, id string) error {
 	// A run this executor took when it was announced is running here
 	// already: the task ends with it (or when it detaches), so that the
 	// dashboard shows it active while it holds a slot.
 	e.mu.Lock()
-	a, here := e.active[p.RunID]
+	a, here := e.active[id]
 	e.mu.Unlock()
 	if here {
 		select {
@@ -47,7 +40,7 @@ func (e *Executor) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	defer sl.release()
-	return e.process(ctx, p.RunID, sl)
+	return e.process(ctx, id, sl)
 }
 
 // process claims run id and runs it, holding sl, one of the executor's

@@ -19,8 +19,9 @@ import (
 // asynq:{<queue>}:pending, and the queue named in asynq:queues.
 // TestStoredTaskIsAsynqs checks it against asynq's inspector and worker.
 
-// Shared is where tasks of the shared queue (Name) are written.
-func Shared() store.TaskQueue {
+// SharedQueue is where tasks of the shared queue (Name) are written: a
+// batch's, in one script (store.CreateBatch).
+func (*Scheduler) SharedQueue() store.TaskQueue {
 	const prefix = "asynq:{" + Name + "}:"
 	return store.TaskQueue{
 		Name:          Name,
@@ -41,10 +42,10 @@ const (
 )
 
 // StoredTask returns a run's task (NewTask's) in the shared queue as asynq
-// stores it: the encoded task message, fields in number order as
+// stores it, for a batch's records: the encoded task message, fields in number order as
 // protobuf's own encoder writes them. Zero fields are left out, as in
 // proto3: no retry (MaxRetry(0)), no deadline.
-func StoredTask(runID string, timeout time.Duration) ([]byte, error) {
+func (*Scheduler) StoredTask(runID string, timeout time.Duration) ([]byte, error) {
 	payload, err := json.Marshal(Payload{RunID: runID})
 	if err != nil {
 		return nil, fmt.Errorf("encode task: %w", err)

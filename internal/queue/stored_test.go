@@ -28,11 +28,11 @@ func TestStoredTaskIsAsynqs(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "run_asynqs", 90*time.Second, Name); err != nil {
 		t.Fatal(err)
 	}
-	want, err := rdb.HGet(ctx, Shared().TaskKeyPrefix+"run_asynqs", "msg").Bytes()
+	want, err := rdb.HGet(ctx, (*Scheduler)(nil).SharedQueue().TaskKeyPrefix+"run_asynqs", "msg").Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := StoredTask("run_asynqs", 90*time.Second)
+	got, err := (*Scheduler)(nil).StoredTask("run_asynqs", 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +42,8 @@ func TestStoredTaskIsAsynqs(t *testing.T) {
 
 	// A task the store wrote, read and run by asynq.
 	st := store.New(conn)
-	task, _ := StoredTask("run_stored", 30*time.Second)
-	_, _, err = st.CreateBatch(ctx, store.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: Shared(),
+	task, _ := (*Scheduler)(nil).StoredTask("run_stored", 30*time.Second)
+	_, _, err = st.CreateBatch(ctx, store.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: (*Scheduler)(nil).SharedQueue(),
 		Runs: []store.BatchRun{{Run: runbox.Run{ID: "run_stored", ConversationID: "~c~conv", Language: "bash"},
 			Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: "~c~conv"}, Task: task}}})
 	if err != nil {

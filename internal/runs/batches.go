@@ -10,7 +10,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -90,7 +89,7 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	}
 	slices.Sort(names)
 	now := time.Now().UTC()
-	nb := store.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: queue.Shared(),
+	nb := store.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
 		IdempotencyKey: req.IdempotencyKey, Window: batchWindow(ctx, infos)}
 	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
@@ -191,7 +190,7 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 		cb = checked.cb
 	}
 	id := "run_" + randomHex(12)
-	task, err := queue.StoredTask(id, spec.Timeout())
+	task, err := s.sched.StoredTask(id, spec.Timeout())
 	if err != nil {
 		return store.BatchRun{}, err
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/egress"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/store/stream"
 )
@@ -131,7 +130,7 @@ func (r StartRequest) Spec() runbox.Spec {
 type Service struct {
 	store  *store.Store
 	hub    *stream.Hub
-	sched  *queue.Scheduler
+	sched  Scheduler
 	limits Limits
 	log    *slog.Logger
 	// Metrics, when set before use, counts each client's calls, runs and
@@ -151,8 +150,21 @@ type Callbacks interface {
 	Admit(ctx context.Context, client string, n int) error
 }
 
+// Scheduler gives runs to the executors' queue (*queue.Scheduler).
+type Scheduler interface {
+	// Enqueue queues a run that heads its conversation; "" is nothing.
+	Enqueue(ctx context.Context, id string) error
+	// EnqueueSpec queues a run that heads its conversation, whose spec
+	// the caller has.
+	EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error
+	// SharedQueue is where a batch's tasks are written (store.CreateBatch);
+	// StoredTask a run's task there, as the queue stores it.
+	SharedQueue() store.TaskQueue
+	StoredTask(runID string, timeout time.Duration) ([]byte, error)
+}
+
 // NewService returns a Service.
-func NewService(st *store.Store, hub *stream.Hub, sched *queue.Scheduler, limits Limits, log *slog.Logger) *Service {
+func NewService(st *store.Store, hub *stream.Hub, sched Scheduler, limits Limits, log *slog.Logger) *Service {
 	return &Service{store: st, hub: hub, sched: sched, limits: limits, log: log}
 }
 

@@ -61,7 +61,7 @@ type BatchRun struct {
 	// Language, Interactive.
 	Run  runbox.Run
 	Spec runbox.Spec
-	// Task is its task as asynq stores it (queue.StoredTask).
+	// Task is its task as asynq stores it (queue.Scheduler.StoredTask).
 	Task     []byte
 	Callback Callback
 }

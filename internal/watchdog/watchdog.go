@@ -12,7 +12,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -28,12 +27,12 @@ const LostMessage = "the executor running this program stopped unexpectedly; the
 // executor and api has one; the deployment's leader runs it (ending a run
 // is atomic, so two that overlap at a change of leader do not conflict).
 //
-// It also sweeps the conversations (queue.Scheduler.Sweep), so that one
-// whose head ended without its successor being enqueued moves on.
+// It also sweeps the conversations (Scheduler.Sweep), so that one whose
+// head ended without its successor being enqueued moves on.
 type Watchdog struct {
 	lifecycle.Base
 	store    Runs
-	sched    *queue.Scheduler
+	sched    Scheduler
 	schedule lifecycle.Schedule
 	log      *slog.Logger
 }
@@ -47,8 +46,16 @@ type Runs interface {
 	Executor(ctx context.Context, id string) (string, error)
 }
 
+// Scheduler moves conversations on (*queue.Scheduler).
+type Scheduler interface {
+	// Enqueue queues a run that heads its conversation; "" is nothing.
+	Enqueue(ctx context.Context, id string) error
+	// Sweep moves on the conversations whose head ended.
+	Sweep(ctx context.Context)
+}
+
 // New returns a watchdog over st that checks on schedule.
-func New(st Runs, sched *queue.Scheduler, schedule lifecycle.Schedule, log *slog.Logger) *Watchdog {
+func New(st Runs, sched Scheduler, schedule lifecycle.Schedule, log *slog.Logger) *Watchdog {
 	return &Watchdog{store: st, sched: sched, schedule: schedule, log: log.With("component", "watchdog")}
 }
 
