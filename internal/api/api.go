@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynqmon"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,11 +30,9 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/preview"
-	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/refusals"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/sessions"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 //go:embed playground.html
@@ -52,9 +49,12 @@ type Options struct {
 	MCP    *mcp.Server
 	Files  runbox.FileStore
 	Signer *files.Signer
-	// Redis is the process's connection, which the dashboard and the queue
-	// metrics read through; the caller closes it.
-	Redis *store.Conn
+	// Dashboard serves the queues' dashboard under /monitoring
+	// (queue.Dashboard); QueueMetrics reports the run queue's depth
+	// (queue.NewCollector). Both read through the process's connection,
+	// which the caller closes.
+	Dashboard    http.Handler
+	QueueMetrics prometheus.Collector
 	// Ready are the readiness checks, by name.
 	Ready map[string]Check
 	// MaxBody bounds an MCP message (the upload tool's base64 included);
@@ -98,12 +98,10 @@ type Server struct {
 	log        *slog.Logger
 	echo       *echo.Echo
 	handler    http.Handler // echo behind the body gate
-	dashboard  *asynqmon.HTTPHandler
 	prometheus http.Handler
 	// doc is the OpenAPI document of the routes, served as /openapi.json
 	// and /reference.
-	doc          *document
-	queueMetrics *queueCollector
+	doc *document
 	// closing ends long-lived streams when the server shuts down.
 	closing context.Context
 	close   context.CancelFunc
@@ -118,8 +116,7 @@ func New(opts Options) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 	e.Use(middleware.Recover(), s.logRequests, requestCounter(opts.Registry))
-	s.queueMetrics = newQueueCollector(opts.Redis)
-	opts.Registry.MustRegister(s.queueMetrics)
+	opts.Registry.MustRegister(opts.QueueMetrics)
 
 	authed := e.Group("", s.requireToken(false), newRequestCap().middleware)
 	// Bearer tokens guard the MCP endpoints, so the SDK's DNS-rebinding
@@ -146,11 +143,10 @@ func New(opts Options) *Server {
 	}
 	s.doc = mustDocument(routes)
 
-	s.dashboard = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: queue.SharedConn{Conn: opts.Redis}, ReadOnly: true})
 	// The dashboard shows every client's queue: it is the operators', whose
 	// token is MCP_API_TOKEN (the client "default").
 	mon := e.Group("/monitoring", s.requireToken(true), operatorOnly)
-	dashboard := echo.WrapHandler(quietErrors(s.dashboard))
+	dashboard := echo.WrapHandler(quietErrors(opts.Dashboard))
 	mon.Any("", dashboard)
 	mon.Any("/*", dashboard)
 	s.echo = e
@@ -177,7 +173,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Close ends open event streams (SSE), so that http.Server.Shutdown need
 // not wait for them. The dashboard and the queue metrics hold no
-// connection of their own (they share Options.Redis): nothing to close.
+// connection of their own (they share the process's): nothing to close.
 func (s *Server) Close() error {
 	s.close()
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
@@ -23,8 +24,10 @@ import (
 func newTestServer(t *testing.T) *Server {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
+	conn := store.NewConn(testenv.Client(t, url))
 	return New(Options{
-		Redis: store.NewConn(testenv.Client(t, url)), Registry: prometheus.NewRegistry(), BodyBudget: 1 << 20,
+		Dashboard: queue.Dashboard(conn, "/monitoring"), QueueMetrics: queue.NewCollector(conn),
+		Registry: prometheus.NewRegistry(), BodyBudget: 1 << 20,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/webhooks"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
@@ -47,9 +48,9 @@ func startWebhooks(ctx context.Context, cfg *config.Config, cs clients.Clients, 
 		}
 		settings[name] = c
 	}
-	svc := webhooks.New(conn, st, webhooks.Options{Policy: policy, Clients: settings,
+	svc := webhooks.New(queue.NewWebhooks(conn), st, webhooks.Options{Policy: policy, Clients: settings,
 		Backoff: cfg.Webhooks.Backoff, RetryFor: cfg.Webhooks.RetryFor, Registry: reg, Logger: log})
-	group := lifecycle.Group{webhooks.NewWorker(conn, svc), webhooks.NewRelay(svc)}
+	group := lifecycle.Group{queue.NewWebhookWorker(conn, svc, log.With("component", "webhooks")), webhooks.NewRelay(svc)}
 	if err := group.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, nil, err
 	}

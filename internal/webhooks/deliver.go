@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
@@ -24,46 +22,16 @@ import (
 const (
 	// maxDelay bounds the wait between two attempts.
 	maxDelay = time.Hour
-	// maxRetries is asynq's bound, beyond any WEBHOOK_RETRY_FOR: the
-	// handler gives up when the webhook's time is out.
-	maxRetries = 10000
-	// taskTimeout is asynq's deadline for one attempt, a backstop: the
-	// attempt itself is bounded by AttemptTimeout.
-	taskTimeout = time.Minute
 	// maxBodyRead bounds what is read of a receiver's answer.
 	maxBodyRead = 64 << 10
 	// userAgent names the sender.
 	userAgent = "runbox-webhooks/1"
 )
 
-// payload is a delivery task's: the webhook's id.
-type payload struct {
-	ID string `json:"webhook_id"`
-}
-
-// enqueue makes webhook id's task, once: asynq refuses a second task of
-// the same id while the first exists (completed ones are kept an hour).
-func (s *Service) enqueue(ctx context.Context, id string) (bool, error) {
-	b, err := json.Marshal(payload{ID: id})
-	if err != nil {
-		return false, err
-	}
-	_, err = s.client.EnqueueContext(ctx, asynq.NewTask(TypeDeliver, b,
-		asynq.TaskID(id), asynq.Queue(Queue), asynq.MaxRetry(maxRetries),
-		asynq.Timeout(taskTimeout), asynq.Retention(time.Hour)))
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("enqueue webhook %s: %w", id, err)
-	}
-	return true, nil
-}
-
 // delay is the wait before attempt n+1 of webhook id (n counts the
 // retries made): Backoff doubled n times, at most maxDelay, spread by
 // ±25% — by a hash of id and n rather than at random, so that the handler
-// knows the wait asynq will make (RetryDelay) when it decides whether
+// knows the wait the queue will make (RetryDelay) when it decides whether
 // another attempt fits in the webhook's time.
 func (s *Service) delay(id string, n int) time.Duration {
 	d := s.o.Backoff
@@ -79,32 +47,27 @@ func (s *Service) delay(id string, n int) time.Duration {
 	return time.Duration(float64(d) * spread)
 }
 
-// RetryDelay is asynq's RetryDelayFunc for the webhooks' queue.
-func (s *Service) RetryDelay(n int, _ error, t *asynq.Task) time.Duration {
-	var p payload
-	_ = json.Unmarshal(t.Payload(), &p)
-	return s.delay(p.ID, n)
-}
+// RetryDelay is the wait before attempt n+1 of webhook id, for the
+// queue's worker.
+func (s *Service) RetryDelay(id string, n int) time.Duration { return s.delay(id, n) }
 
-// ProcessTask makes one attempt to deliver a webhook. A 2xx answer
+// Deliver makes one attempt to deliver webhook id, which was retried
+// times before; it is the queue's worker's handler. A 2xx answer
 // delivers it and a 410 ends it (the receiver is gone); anything else is
 // retried, after delay, while the webhook's time (WEBHOOK_RETRY_FOR since
-// it was relayed or asked for again) lasts. Every attempt is recorded.
-func (s *Service) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	var p payload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ID == "" {
-		return fmt.Errorf("decode webhook task: %w", asynq.SkipRetry)
-	}
-	w, err := s.store.Webhook(ctx, p.ID)
+// it was relayed or asked for again) lasts: past it the error is final.
+// Every attempt is recorded.
+func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, error) {
+	w, err := s.store.Webhook(ctx, id)
 	if errors.Is(err, store.ErrWebhookNotFound) {
-		s.log.Warn("webhook expired before it was delivered", "webhook", p.ID)
-		return nil
+		s.log.Warn("webhook expired before it was delivered", "webhook", id)
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if w.State != store.WebhookPending {
-		return nil // done with: this task is a stale copy
+		return false, nil // done with: this task is a stale copy
 	}
 	since := w.Since
 	if since.IsZero() {
@@ -112,7 +75,7 @@ func (s *Service) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	n, err := s.store.BeginAttempt(ctx, w.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	start := s.o.Clock.Now()
 	d := runbox.Delivery{WebhookID: w.ID, Type: w.Type, Attempt: n, At: start.UTC()}
@@ -135,7 +98,6 @@ func (s *Service) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			d.Error += ": redirects are not followed"
 		}
 	}
-	retried, _ := asynq.GetRetryCount(ctx)
 	if state == "" && start.Add(s.delay(w.ID, retried)).After(since.Add(s.o.RetryFor)) {
 		state = store.WebhookFailed
 		d.Error += "; given up after " + s.o.RetryFor.String()
@@ -149,16 +111,16 @@ func (s *Service) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	s.metrics.attempt(w.Client, outcome(state), time.Duration(d.DurationMS)*time.Millisecond)
 	if state == "" {
 		s.log.Debug("webhook not delivered; retried", "webhook", w.ID, "attempt", n, "error", d.Error)
-		return errors.New(d.Error)
+		return false, errors.New(d.Error)
 	}
 	if err := s.store.EndWebhook(rctx, w, state); err != nil {
-		return err
+		return false, err
 	}
 	s.log.Debug("webhook done with", "webhook", w.ID, "state", state, "attempts", n)
 	if state == store.WebhookFailed {
-		return fmt.Errorf("%s: %w", d.Error, asynq.SkipRetry)
+		return true, errors.New(d.Error)
 	}
-	return nil
+	return false, nil
 }
 
 func outcome(state string) string {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/egress"
+	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
@@ -107,6 +108,7 @@ func verifies(secret string, r received) bool {
 type harness struct {
 	t     *testing.T
 	st    *store.Store
+	in    *asynq.Inspector
 	svc   *Service
 	relay *Relay
 	reg   *prometheus.Registry
@@ -127,17 +129,17 @@ func newHarness(t *testing.T, hosts string, retryFor time.Duration, resolver egr
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	svc := New(conn, st, Options{
+	svc := New(queue.NewWebhooks(conn), st, Options{
 		Policy:  &Policy{Allow: allow, Hosts: h, Resolver: resolver, Own: func() map[netip.Addr]bool { return nil }},
 		Clients: map[string]Client{"alice": {Secrets: secrets, Started: true}},
 		Backoff: 50 * time.Millisecond, RetryFor: retryFor, Registry: reg,
 	})
-	w := NewWorker(conn, svc)
+	w := queue.NewWebhookWorker(conn, svc, svc.log)
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return &harness{t: t, st: st, svc: svc, relay: NewRelay(svc), reg: reg}
+	return &harness{t: t, st: st, in: asynq.NewInspectorFromRedisClient(rdb), svc: svc, relay: NewRelay(svc), reg: reg}
 }
 
 // endRun makes a run of alice with a callback to url, starts and ends it,
@@ -291,7 +293,7 @@ func TestDeliverGoneStops(t *testing.T) {
 	id := store.WebhookID("run_gone", runbox.WebhookRunCompleted)
 	h.waitState(id, store.WebhookGone)
 	h.waitState(store.WebhookID("run_gone", runbox.WebhookRunStarted), store.WebhookGone)
-	info, err := h.svc.inspector.GetTaskInfo(Queue, id)
+	info, err := h.in.GetTaskInfo(queue.WebhookQueue, id)
 	if err != nil || info.State != asynq.TaskStateCompleted {
 		t.Fatalf("the task after 410: %+v, %v", info, err)
 	}
@@ -359,7 +361,7 @@ func TestDeliverRebinding(t *testing.T) {
 	if !strings.Contains(last.Error, "given up") {
 		t.Errorf("last attempt %+v", last)
 	}
-	info, err := h.svc.inspector.GetTaskInfo(Queue, id)
+	info, err := h.in.GetTaskInfo(queue.WebhookQueue, id)
 	if err != nil || info.State != asynq.TaskStateArchived {
 		t.Fatalf("the task given up: %+v, %v", info, err)
 	}

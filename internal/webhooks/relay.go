@@ -13,7 +13,7 @@ const RelayInterval = 200 * time.Millisecond
 // relayBatch bounds the webhooks one look moves.
 const relayBatch = 100
 
-// Relay moves the webhooks in the outbox into asynq's queue. Every api
+// Relay moves the webhooks in the outbox into the queue. Every api
 // runs one: each move is safe to repeat (the task's id is the webhook's),
 // so a process that dies between making the task and taking the webhook
 // out of the outbox leaves it to the next look, which makes no second
@@ -45,7 +45,7 @@ func (r *Relay) Pass(ctx context.Context) {
 			return
 		}
 		for _, id := range ids {
-			if _, err := r.s.enqueue(ctx, id); err != nil {
+			if _, err := r.s.tasks.Enqueue(ctx, id); err != nil {
 				r.s.log.Warn("relay a webhook; the next look will", "webhook", id, "err", err)
 				return
 			}

@@ -1,28 +1,27 @@
 // Package webhooks tells clients' receivers that their runs ended (and,
 // if they asked, started) and that their batches ended: each webhook a
 // POST of the record as JSON, signed per Standard Webhooks (signature),
-// delivered at least once through asynq's queue "webhooks" with the same
+// delivered at least once through the queue's "webhooks" with the same
 // webhook-id on every attempt, retried with exponential back-off and
 // jitter for WEBHOOK_RETRY_FOR, never to a place the policy refuses
 // (target.go).
 //
 // A webhook is written to an outbox by the script that records what it
-// tells of (internal/store); the Relay moves the outbox into asynq (the
-// task's id is the webhook's, so moving one twice makes one task); the
-// Worker delivers. The Service checks callbacks when runs are submitted,
-// and answers for deliveries.
+// tells of (internal/store); the Relay moves the outbox into the queue
+// (the task's id is the webhook's, so moving one twice makes one task);
+// the queue's worker (queue.WebhookWorker) hands them to the Service,
+// which delivers. The Service also checks callbacks when runs are
+// submitted, and answers for deliveries.
 package webhooks
 
 import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,12 +29,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/egress"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
-)
-
-// Queue is asynq's queue of webhooks; TypeDeliver its tasks' type.
-const (
-	Queue       = "webhooks"
-	TypeDeliver = "webhook"
 )
 
 // Defaults of WEBHOOK_BACKOFF and WEBHOOK_RETRY_FOR.
@@ -88,6 +81,17 @@ type Store interface {
 	Batch(ctx context.Context, id string) (store.BatchRecord, error)
 }
 
+// Tasks are the webhooks' tasks in the queue (*queue.Webhooks), each
+// task's id the webhook's.
+type Tasks interface {
+	// Enqueue makes webhook id's task unless it has one; it reports
+	// whether it made one.
+	Enqueue(ctx context.Context, id string) (bool, error)
+	// Requeue makes webhook id's task pending now, made anew if the queue
+	// is done with it.
+	Requeue(ctx context.Context, id string) error
+}
+
 // Options configure a Service.
 type Options struct {
 	Policy *Policy
@@ -107,18 +111,16 @@ type Options struct {
 
 // Service checks callbacks and delivers webhooks.
 type Service struct {
-	o         Options
-	store     Store
-	http      *http.Client
-	client    *asynq.Client
-	inspector *asynq.Inspector
-	log       *slog.Logger
-	metrics   metrics
+	o       Options
+	store   Store
+	http    *http.Client
+	tasks   Tasks
+	log     *slog.Logger
+	metrics metrics
 }
 
-// New returns a Service whose asynq parts share conn, the process's
-// connection (closed by the caller).
-func New(conn *store.Conn, st Store, o Options) *Service {
+// New returns a Service that queues its webhooks' deliveries in tasks.
+func New(tasks Tasks, st Store, o Options) *Service {
 	if o.Backoff <= 0 {
 		o.Backoff = DefaultBackoff
 	}
@@ -134,8 +136,7 @@ func New(conn *store.Conn, st Store, o Options) *Service {
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
-	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs),
-		client: asynq.NewClientFromRedisClient(conn.Redis()), inspector: asynq.NewInspectorFromRedisClient(conn.Redis()),
+	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs), tasks: tasks,
 		log: o.Logger.With("component", "webhooks"), metrics: newMetrics(o.Registry)}
 }
 
@@ -214,33 +215,9 @@ func (s *Service) Redeliver(ctx context.Context, subject string, batch bool) (st
 	if err := s.store.Redeliver(ctx, w, s.ttl()); err != nil {
 		return store.Webhook{}, err
 	}
-	if err := s.requeue(ctx, w.ID); err != nil {
+	if err := s.tasks.Requeue(ctx, w.ID); err != nil {
 		return store.Webhook{}, err
 	}
 	w.State = store.WebhookPending
 	return w, nil
-}
-
-// requeue makes webhook id's task pending: a new task when asynq has none
-// or is done with it, the waiting one run now when it waits for a retry.
-func (s *Service) requeue(ctx context.Context, id string) error {
-	info, err := s.inspector.GetTaskInfo(Queue, id)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
-	case err != nil:
-		return fmt.Errorf("redeliver webhook %s: %w", id, err)
-	case info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled:
-		if err := s.inspector.RunTask(Queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return fmt.Errorf("redeliver webhook %s: %w", id, err)
-		}
-		return nil
-	case info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted:
-		if err := s.inspector.DeleteTask(Queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return fmt.Errorf("redeliver webhook %s: %w", id, err)
-		}
-	default:
-		return nil // waiting, or being delivered
-	}
-	_, err = s.enqueue(ctx, id)
-	return err
 }
