@@ -42,9 +42,9 @@ const (
 )
 
 // StoredTask returns a run's task (NewTask's) in the shared queue as asynq
-// stores it, for a batch's records: the encoded task message, fields in number order as
-// protobuf's own encoder writes them. Zero fields are left out, as in
-// proto3: no retry (MaxRetry(0)), no deadline.
+// stores it, for a batch's records: the encoded task message, fields in
+// number order as protobuf's own encoder writes them. Zero fields are left
+// out, as in proto3: no retry (MaxRetry(0)), no deadline.
 func (*Scheduler) StoredTask(runID string, timeout time.Duration) ([]byte, error) {
 	payload, err := json.Marshal(Payload{RunID: runID})
 	if err != nil {

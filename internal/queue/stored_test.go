@@ -25,14 +25,15 @@ func TestStoredTaskIsAsynqs(t *testing.T) {
 
 	// asynq's own encoding of a run's task.
 	c := NewClient(conn)
+	sched := NewScheduler(nil, c, nil)
 	if _, err := c.Enqueue(ctx, "run_asynqs", 90*time.Second, Name); err != nil {
 		t.Fatal(err)
 	}
-	want, err := rdb.HGet(ctx, (*Scheduler)(nil).SharedQueue().TaskKeyPrefix+"run_asynqs", "msg").Bytes()
+	want, err := rdb.HGet(ctx, sched.SharedQueue().TaskKeyPrefix+"run_asynqs", "msg").Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := (*Scheduler)(nil).StoredTask("run_asynqs", 90*time.Second)
+	got, err := sched.StoredTask("run_asynqs", 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ func TestStoredTaskIsAsynqs(t *testing.T) {
 
 	// A task the store wrote, read and run by asynq.
 	st := store.New(conn)
-	task, _ := (*Scheduler)(nil).StoredTask("run_stored", 30*time.Second)
-	_, _, err = st.CreateBatch(ctx, store.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: (*Scheduler)(nil).SharedQueue(),
+	task, _ := sched.StoredTask("run_stored", 30*time.Second)
+	_, _, err = st.CreateBatch(ctx, store.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: sched.SharedQueue(),
 		Runs: []store.BatchRun{{Run: runbox.Run{ID: "run_stored", ConversationID: "~c~conv", Language: "bash"},
 			Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: "~c~conv"}, Task: task}}})
 	if err != nil {
