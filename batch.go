@@ -30,6 +30,29 @@ const (
 	WebhookBatchCompleted = "batch.completed"
 )
 
+// Webhook is a webhook's record.
+type Webhook struct {
+	ID      string
+	Subject string // the run or batch it tells of
+	Type    string // a Webhook… event type
+	URL     string
+	Client  string
+	Created time.Time
+	// Since is when its retries began (it was relayed, or asked for
+	// again); zero before.
+	Since    time.Time
+	State    string
+	Attempts int
+}
+
+// Webhook states.
+const (
+	WebhookPending   = "pending"   // not yet delivered: in the outbox or in the queue
+	WebhookDelivered = "delivered" // the receiver answered 2xx
+	WebhookFailed    = "failed"    // given up: out of time, or its URL is no longer allowed
+	WebhookGone      = "gone"      // the receiver answered 410: not tried again
+)
+
 // Delivery is one attempt to deliver a webhook: when, what the receiver
 // answered (StatusCode, 0 when it did not), how long it took, and what
 // went wrong if it failed.

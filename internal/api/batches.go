@@ -9,7 +9,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/runs"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // maxBatchBody bounds POST /v1/batches: up to runbox.MaxBatchRuns runs.
@@ -21,7 +20,7 @@ const tagBatches = "batches"
 // Webhooks is what the routes of deliveries need of internal/webhooks.
 type Webhooks interface {
 	Deliveries(ctx context.Context, subject string, batch bool) ([]runbox.Delivery, error)
-	Redeliver(ctx context.Context, subject string, batch bool) (store.Webhook, error)
+	Redeliver(ctx context.Context, subject string, batch bool) (runbox.Webhook, error)
 }
 
 // Redelivery is the answer to POST …/deliveries: the webhook delivered

@@ -134,7 +134,7 @@ func TestBatchWindowAndCounts(t *testing.T) {
 		}
 		w, err := s.Webhook(ctx, want)
 		if err != nil || w.Subject != id || w.Type != runbox.WebhookBatchCompleted || w.URL != nb.Callback ||
-			w.Client != "alice" || w.State != WebhookPending {
+			w.Client != "alice" || w.State != runbox.WebhookPending {
 			t.Fatalf("webhook %+v, %v", w, err)
 		}
 		if runs, err := s.RunsOf(ctx, ids[:2]); err != nil || len(runs) != 2 || runs[0].ID != ids[0] || runs[1].Status != runbox.StatusSucceeded {

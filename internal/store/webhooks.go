@@ -40,14 +40,6 @@ func clientWebhooksKey(client string) string {
 
 const outboxKey = prefix + "webhooks:outbox"
 
-// Webhook states.
-const (
-	WebhookPending   = "pending"   // not yet delivered: in the outbox or in asynq
-	WebhookDelivered = "delivered" // the receiver answered 2xx
-	WebhookFailed    = "failed"    // given up: out of time, or its URL is no longer allowed
-	WebhookGone      = "gone"      // the receiver answered 410: not tried again
-)
-
 // MaxAttemptsKept bounds the attempts kept per webhook: its latest.
 const MaxAttemptsKept = 50
 
@@ -87,35 +79,20 @@ local function notify(p, subject, kind, typ, url, client, now, ttl)
 end
 `
 
-// Webhook is a webhook's record.
-type Webhook struct {
-	ID      string
-	Subject string // the run or batch it tells of
-	Type    string // a runbox.Webhook… event type
-	URL     string
-	Client  string
-	Created time.Time
-	// Since is when its retries began (it was relayed, or asked for
-	// again); zero before.
-	Since    time.Time
-	State    string
-	Attempts int
-}
-
 // ErrWebhookNotFound reports a webhook that does not exist, or expired.
 var ErrWebhookNotFound = runbox.Errorf(runbox.ENotFound, "no such webhook")
 
 // Webhook returns a webhook's record.
-func (s *Store) Webhook(ctx context.Context, id string) (Webhook, error) {
+func (s *Store) Webhook(ctx context.Context, id string) (runbox.Webhook, error) {
 	m, err := s.rdb.HGetAll(ctx, webhookKey(id)).Result()
 	if err != nil {
-		return Webhook{}, fmt.Errorf("read webhook %s: %w", id, err)
+		return runbox.Webhook{}, fmt.Errorf("read webhook %s: %w", id, err)
 	}
 	if m["id"] == "" {
-		return Webhook{}, ErrWebhookNotFound
+		return runbox.Webhook{}, ErrWebhookNotFound
 	}
 	attempts, _ := strconv.Atoi(m["attempts"])
-	return Webhook{ID: m["id"], Subject: m["subject"], Type: m["type"], URL: m["url"], Client: m["client"],
+	return runbox.Webhook{ID: m["id"], Subject: m["subject"], Type: m["type"], URL: m["url"], Client: m["client"],
 		Created: msTime(m["created"]), Since: msTime(m["since"]), State: m["state"], Attempts: attempts}, nil
 }
 
@@ -168,7 +145,7 @@ func (s *Store) Relayed(ctx context.Context, id string, ttl time.Duration) error
 }
 
 // subjectKey is the record a webhook's body is made from.
-func subjectKey(w Webhook) string {
+func subjectKey(w runbox.Webhook) string {
 	if w.Type == runbox.WebhookBatchCompleted {
 		return batchKey(w.Subject)
 	}
@@ -215,7 +192,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.D
 
 // EndWebhook records that a webhook is done with (delivered, failed or
 // gone): it no longer counts among its client's.
-func (s *Store) EndWebhook(ctx context.Context, w Webhook, state string) error {
+func (s *Store) EndWebhook(ctx context.Context, w runbox.Webhook, state string) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, webhookKey(w.ID), "state", state)
 		p.ZRem(ctx, clientWebhooksKey(w.Client), w.ID)
@@ -244,7 +221,7 @@ return 1
 
 // Redeliver marks a webhook to be delivered again (its task is the
 // caller's to make), and keeps it and its subject's record for ttl.
-func (s *Store) Redeliver(ctx context.Context, w Webhook, ttl time.Duration) error {
+func (s *Store) Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Duration) error {
 	ok, err := redeliverScript.Run(ctx, s.rdb, []string{webhookKey(w.ID), clientWebhooksKey(w.Client)},
 		s.now().UnixMilli(), int64(ttl/time.Second)).Int()
 	if err != nil {

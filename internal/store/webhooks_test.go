@@ -49,7 +49,7 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		}
 		w, err := s.Webhook(ctx, completed)
 		if err != nil || w.Subject != "run_hooked" || w.Type != runbox.WebhookRunCompleted || w.Client != "dave" ||
-			w.URL != "https://hooks.example/r" || w.State != WebhookPending || !w.Since.IsZero() {
+			w.URL != "https://hooks.example/r" || w.State != runbox.WebhookPending || !w.Since.IsZero() {
 			t.Fatalf("webhook %+v, %v", w, err)
 		}
 		if n, _ := s.PendingWebhooks(ctx, "dave", time.Hour); n != 2 {
@@ -90,7 +90,7 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		}
 
 		// Done with: no longer the client's; asked for again: it is.
-		if err := s.EndWebhook(ctx, w, WebhookGone); err != nil {
+		if err := s.EndWebhook(ctx, w, runbox.WebhookGone); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := s.PendingWebhooks(ctx, "dave", time.Hour); n != 1 {
@@ -99,13 +99,13 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		if err := s.Redeliver(ctx, w, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if w, _ := s.Webhook(ctx, completed); w.State != WebhookPending {
+		if w, _ := s.Webhook(ctx, completed); w.State != runbox.WebhookPending {
 			t.Fatalf("redelivered webhook is %s", w.State)
 		}
 		if n, _ := s.PendingWebhooks(ctx, "dave", time.Hour); n != 2 {
 			t.Fatalf("PendingWebhooks after the redelivery = %d", n)
 		}
-		if err := s.Redeliver(ctx, Webhook{ID: "msg_none_completed", Client: "dave"}, time.Hour); err != ErrWebhookNotFound {
+		if err := s.Redeliver(ctx, runbox.Webhook{ID: "msg_none_completed", Client: "dave"}, time.Hour); err != ErrWebhookNotFound {
 			t.Fatalf("Redeliver of nothing: %v", err)
 		}
 	})

@@ -66,7 +66,7 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 	if err != nil {
 		return false, err
 	}
-	if w.State != store.WebhookPending {
+	if w.State != runbox.WebhookPending {
 		return false, nil // done with: this task is a stale copy
 	}
 	since := w.Since
@@ -85,13 +85,13 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 	state := ""
 	switch {
 	case err != nil && final:
-		d.Error, state = err.Error(), store.WebhookFailed
+		d.Error, state = err.Error(), runbox.WebhookFailed
 	case err != nil:
 		d.Error = err.Error()
 	case code >= 200 && code < 300:
-		state = store.WebhookDelivered
+		state = runbox.WebhookDelivered
 	case code == http.StatusGone:
-		d.Error, state = "the receiver answered 410 Gone: not tried again", store.WebhookGone
+		d.Error, state = "the receiver answered 410 Gone: not tried again", runbox.WebhookGone
 	default:
 		d.Error = "the receiver answered " + strconv.Itoa(code)
 		if code >= 300 && code < 400 {
@@ -99,7 +99,7 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 		}
 	}
 	if state == "" && start.Add(s.delay(w.ID, retried)).After(since.Add(s.o.RetryFor)) {
-		state = store.WebhookFailed
+		state = runbox.WebhookFailed
 		d.Error += "; given up after " + s.o.RetryFor.String()
 	}
 	// Recorded with a context of its own: the attempt was made.
@@ -117,7 +117,7 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 		return false, err
 	}
 	s.log.Debug("webhook done with", "webhook", w.ID, "state", state, "attempts", n)
-	if state == store.WebhookFailed {
+	if state == runbox.WebhookFailed {
 		return true, errors.New(d.Error)
 	}
 	return false, nil
@@ -133,7 +133,7 @@ func outcome(state string) string {
 // attempt posts webhook w once, at now, and returns the receiver's status
 // code. An error that no retry can mend (the callback no longer allowed,
 // no secret to sign with, the record gone) is final.
-func (s *Service) attempt(ctx context.Context, w store.Webhook, now time.Time) (int, bool, error) {
+func (s *Service) attempt(ctx context.Context, w runbox.Webhook, now time.Time) (int, bool, error) {
 	c := s.o.Clients[w.Client]
 	if c.Secrets.Len() == 0 {
 		return 0, true, errors.New("this client has no webhook signing secret any more")
@@ -234,7 +234,7 @@ func (env envelope) marshal() ([]byte, error) {
 // body is webhook w's body, made from the record it tells of, the same
 // on every attempt: a run's record at its end (or as it started), a
 // batch's counts at its end.
-func (s *Service) body(ctx context.Context, w store.Webhook) ([]byte, error) {
+func (s *Service) body(ctx context.Context, w runbox.Webhook) ([]byte, error) {
 	env := envelope{Type: w.Type}
 	switch w.Type {
 	case runbox.WebhookBatchCompleted:

@@ -170,7 +170,7 @@ func (h *harness) endRun(id, url string) {
 }
 
 // waitState waits for webhook id to be in state.
-func (h *harness) waitState(id, state string) store.Webhook {
+func (h *harness) waitState(id, state string) runbox.Webhook {
 	h.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -204,8 +204,8 @@ func TestDeliverRetriesSigned(t *testing.T) {
 	h.endRun("run_signed", "http://recv.test:"+rcv.port()+"/hook")
 	id := store.WebhookID("run_signed", runbox.WebhookRunCompleted)
 	started := store.WebhookID("run_signed", runbox.WebhookRunStarted)
-	h.waitState(id, store.WebhookDelivered)
-	h.waitState(started, store.WebhookDelivered)
+	h.waitState(id, runbox.WebhookDelivered)
+	h.waitState(started, runbox.WebhookDelivered)
 
 	var got []received
 	for _, r := range rcv.requests() {
@@ -279,7 +279,7 @@ func TestDeliverRetriesSigned(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	h.waitState(id, store.WebhookDelivered)
+	h.waitState(id, runbox.WebhookDelivered)
 	if _, err := h.svc.Redeliver(context.Background(), "run_none", false); err != ErrNoWebhook {
 		t.Errorf("Redeliver of a run without webhooks: %v", err)
 	}
@@ -291,8 +291,8 @@ func TestDeliverGoneStops(t *testing.T) {
 	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
 	h.endRun("run_gone", "http://recv.test:"+rcv.port()+"/")
 	id := store.WebhookID("run_gone", runbox.WebhookRunCompleted)
-	h.waitState(id, store.WebhookGone)
-	h.waitState(store.WebhookID("run_gone", runbox.WebhookRunStarted), store.WebhookGone)
+	h.waitState(id, runbox.WebhookGone)
+	h.waitState(store.WebhookID("run_gone", runbox.WebhookRunStarted), runbox.WebhookGone)
 	info, err := h.in.GetTaskInfo(queue.WebhookQueue, id)
 	if err != nil || info.State != asynq.TaskStateCompleted {
 		t.Fatalf("the task after 410: %+v, %v", info, err)
@@ -312,7 +312,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 	h := newHarness(t, "redirect.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
 	h.endRun("run_redirect", "http://redirect.test:"+rcv.port()+"/")
 	id := store.WebhookID("run_redirect", runbox.WebhookRunCompleted)
-	h.waitState(id, store.WebhookDelivered)
+	h.waitState(id, runbox.WebhookDelivered)
 	if n := len(target.requests()); n != 0 {
 		t.Fatalf("the redirect was followed %d times", n)
 	}
@@ -347,7 +347,7 @@ func TestDeliverRebinding(t *testing.T) {
 	h := newHarness(t, "", 2*time.Second, &rebinding{})
 	h.endRun("run_rebind", "https://rebind.example/hook")
 	id := store.WebhookID("run_rebind", runbox.WebhookRunCompleted)
-	h.waitState(id, store.WebhookFailed)
+	h.waitState(id, runbox.WebhookFailed)
 	ds := h.deliveries("run_rebind")
 	var last runbox.Delivery
 	for _, d := range ds {

@@ -68,13 +68,13 @@ var Events = []string{runbox.WebhookRunStarted, runbox.WebhookRunCompleted, runb
 
 // Store is what webhooks need of internal/store.
 type Store interface {
-	Webhook(ctx context.Context, id string) (store.Webhook, error)
+	Webhook(ctx context.Context, id string) (runbox.Webhook, error)
 	Outbox(ctx context.Context, n int) ([]string, error)
 	Relayed(ctx context.Context, id string, ttl time.Duration) error
 	BeginAttempt(ctx context.Context, id string) (int, error)
 	RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.Duration) error
-	EndWebhook(ctx context.Context, w store.Webhook, state string) error
-	Redeliver(ctx context.Context, w store.Webhook, ttl time.Duration) error
+	EndWebhook(ctx context.Context, w runbox.Webhook, state string) error
+	Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Duration) error
 	PendingWebhooks(ctx context.Context, client string, horizon time.Duration) (int, error)
 	Deliveries(ctx context.Context, ids ...string) ([]runbox.Delivery, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
@@ -203,21 +203,21 @@ var ErrNoWebhook = runbox.Errorf(runbox.ENotFound, "no webhook was written for t
 
 // Redeliver delivers the webhook of a run's end (or a batch's) again,
 // with its id, its retries' clock started anew. It returns the webhook.
-func (s *Service) Redeliver(ctx context.Context, subject string, batch bool) (store.Webhook, error) {
+func (s *Service) Redeliver(ctx context.Context, subject string, batch bool) (runbox.Webhook, error) {
 	all := ids(subject, batch)
 	w, err := s.store.Webhook(ctx, all[len(all)-1])
 	if errors.Is(err, store.ErrWebhookNotFound) {
-		return store.Webhook{}, ErrNoWebhook
+		return runbox.Webhook{}, ErrNoWebhook
 	}
 	if err != nil {
-		return store.Webhook{}, err
+		return runbox.Webhook{}, err
 	}
 	if err := s.store.Redeliver(ctx, w, s.ttl()); err != nil {
-		return store.Webhook{}, err
+		return runbox.Webhook{}, err
 	}
 	if err := s.tasks.Requeue(ctx, w.ID); err != nil {
-		return store.Webhook{}, err
+		return runbox.Webhook{}, err
 	}
-	w.State = store.WebhookPending
+	w.State = runbox.WebhookPending
 	return w, nil
 }
