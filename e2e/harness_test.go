@@ -169,10 +169,28 @@ func (s *service) spawn(name, path string, env ...string) *proc {
 	cmd.Env = append(append([]string{}, s.env...), env...)
 	p := &proc{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
+	var live *os.File
+	if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {
+		// Followed while the test runs (a stall is seen as it happens),
+		// not only printed once a failed test has stopped the service.
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".log"))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		live = f
+		cmd.Stdout = io.MultiWriter(p.out, f)
+		cmd.Stderr = cmd.Stdout
+	}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	go func() {
+		_ = cmd.Wait()
+		if live != nil {
+			live.Close()
+		}
+		close(p.done)
+	}()
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
 	s.mu.Unlock()

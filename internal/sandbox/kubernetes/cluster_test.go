@@ -271,8 +271,15 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	c := testCluster(t)
 	e := c.engine(t)
 	spec := c.spec(nil)
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "slot")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "in.csv"), []byte("a,b\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := holdFolder(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -281,10 +288,11 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: dir, limit: 1 << 20})
+	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: held, limit: 1 << 20})
 	t.Cleanup(func() {
 		synced.Close()
 		s.Close()
+		held.Close()
 	})
 	conn := agent.NewConn(synced, synced)
 	if _, err := conn.Hello(); err != nil {
@@ -310,5 +318,20 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out", "r.txt")); !os.IsNotExist(err) {
 		t.Fatalf("out/r.txt still in the folder: %v", err)
+	}
+	// The folder renamed (a pooled sandbox's slot becoming a new
+	// conversation's folder, package files): the copies follow it.
+	moved := filepath.Join(filepath.Dir(dir), "conversation")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(moved, "in.csv"), []byte("b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, conn, "print(open('in.csv').read())\nopen('after.txt', 'w').write('moved')"); out != "b\n\n" {
+		t.Fatalf("run after the rename: %q", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(moved, "after.txt")); err != nil || string(b) != "moved" {
+		t.Fatalf("after.txt in the renamed folder: %q, %v", b, err)
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,17 +48,21 @@ type syncedStream struct {
 }
 
 // syncFiles wraps s: reads and writes pass through, and c copies the
-// files around each run. A failed copy ends the stream (the sandbox is
-// then of no use: its files and the folder disagree).
+// files around each run. A failed copy, either way, ends the stream both
+// ways (the sandbox is then of no use: its files and the folder
+// disagree): the manager reads the copy's error at once. A run whose copy
+// in failed was taken whole by the pipe before the copy began, so it is
+// never sent on; without the end of the manager's reads too, it would
+// wait for that run's output until the run's timeout.
 func syncFiles(s io.ReadWriter, c copier) *syncedStream {
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
-	go func() {
-		outW.CloseWithError(relay(bufio.NewReader(s), outW, frameExit, c.copyOut))
-	}()
-	go func() {
-		inR.CloseWithError(relay(bufio.NewReader(inR), s, frameRun, c.copyIn))
-	}()
+	end := func(err error) {
+		outW.CloseWithError(err)
+		inR.CloseWithError(err)
+	}
+	go func() { end(relay(bufio.NewReader(s), outW, frameExit, c.copyOut)) }()
+	go func() { end(relay(bufio.NewReader(inR), s, frameRun, c.copyIn)) }()
 	return &syncedStream{out: outR, in: inW}
 }
 
@@ -99,12 +107,41 @@ func relay(r *bufio.Reader, w io.Writer, typ byte, before func() error) error {
 type folderCopier struct {
 	e     *Engine
 	pod   string
-	dir   string
+	dir   *heldFolder
 	limit int64 // CopyOut's
 
 	mu   sync.Mutex
-	last map[string]entryState // dir as the last copy left it
+	last map[string]entryState // dir as the last copy left it, by relative name
 }
+
+// heldFolder is the executor's folder of a sandbox, held open. The
+// executor gives a pooled sandbox to a new conversation by renaming the
+// sandbox's folder (a slot) to the conversation's (package files): a
+// Docker bind mount follows the directory, not its path, and so does a
+// heldFolder, its path read back from the open directory at each copy.
+type heldFolder struct{ f *os.File }
+
+func holdFolder(dir string) (*heldFolder, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: open the sandbox's folder: %w", err)
+	}
+	return &heldFolder{f: f}, nil
+}
+
+// path returns where the folder is now.
+func (h *heldFolder) path() (string, error) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(h.f.Fd())))
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: find the sandbox's folder: %w", err)
+	}
+	if strings.HasSuffix(p, " (deleted)") {
+		return "", errors.New("kubernetes: the sandbox's folder was removed")
+	}
+	return p, nil
+}
+
+func (h *heldFolder) Close() error { return h.f.Close() }
 
 // copyTimeout bounds one copy.
 const copyTimeout = 2 * time.Minute
@@ -119,7 +156,11 @@ type entryState struct {
 func (f *folderCopier) copyIn() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now, err := snapshot(f.dir)
+	dir, err := f.dir.path()
+	if err != nil {
+		return err
+	}
+	now, err := snapshot(dir)
 	if err != nil {
 		return err
 	}
@@ -128,7 +169,7 @@ func (f *folderCopier) copyIn() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
 	defer cancel()
-	if err := f.e.CopyIn(ctx, f.pod, f.dir); err != nil {
+	if err := f.e.CopyIn(ctx, f.pod, dir); err != nil {
 		return err
 	}
 	f.last = now
@@ -138,12 +179,16 @@ func (f *folderCopier) copyIn() error {
 func (f *folderCopier) copyOut() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
-	defer cancel()
-	if err := f.e.CopyOut(ctx, f.pod, f.dir, f.limit); err != nil {
+	dir, err := f.dir.path()
+	if err != nil {
 		return err
 	}
-	now, err := snapshot(f.dir)
+	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
+	defer cancel()
+	if err := f.e.CopyOut(ctx, f.pod, dir, f.limit); err != nil {
+		return err
+	}
+	now, err := snapshot(dir)
 	if err != nil {
 		return err
 	}
@@ -151,7 +196,8 @@ func (f *folderCopier) copyOut() error {
 	return nil
 }
 
-// snapshot lists a folder's entries with what tells them changed.
+// snapshot lists a folder's entries, by name relative to it, with what
+// tells them changed.
 func snapshot(dir string) (map[string]entryState, error) {
 	out := map[string]entryState{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -166,7 +212,11 @@ func snapshot(dir string) (map[string]entryState, error) {
 		if info.Mode().IsRegular() {
 			st.size, st.mtime = info.Size(), info.ModTime()
 		}
-		out[path] = st
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		out[rel] = st
 		return nil
 	})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -110,5 +112,49 @@ func TestSyncFilesFailureEndsTheStream(t *testing.T) {
 		if _, err := s.Write(frame('R', "{}")); err == nil {
 			t.Fatal("runs still go in after a failed copy")
 		}
+	}
+}
+
+// A failed copy in ends the manager's reads too: the run it held back is
+// never sent, and the manager must not wait for its output.
+func TestSyncFilesCopyInFailureEndsReads(t *testing.T) {
+	var log []string
+	c := &fakeCopier{log: &log, err: errors.New("no folder")}
+	r, w := io.Pipe() // the agent, which says nothing until a run comes
+	defer w.Close()
+	s := syncFiles(pod{Reader: r, mu: &c.mu, log: &log}, c)
+	defer s.Close()
+	go s.Write(frame('R', "{}"))
+	if _, err := io.ReadAll(s); err == nil || !strings.Contains(err.Error(), "no folder") {
+		t.Fatalf("read: %v; want the copy's error", err)
+	}
+}
+
+func TestHeldFolderFollowsRenames(t *testing.T) {
+	root := t.TempDir()
+	slot := filepath.Join(root, "slot")
+	if err := os.Mkdir(slot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := holdFolder(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if p, err := h.path(); err != nil || p != slot {
+		t.Fatalf("path %q, %v; want %q", p, err, slot)
+	}
+	conv := filepath.Join(root, "conversation")
+	if err := os.Rename(slot, conv); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := h.path(); err != nil || p != conv {
+		t.Fatalf("after the rename: path %q, %v; want %q", p, err, conv)
+	}
+	if err := os.Remove(conv); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := h.path(); err == nil {
+		t.Fatalf("after the removal: path %q, want an error", p)
 	}
 }

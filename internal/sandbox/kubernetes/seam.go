@@ -40,15 +40,24 @@ func (s *Sandboxes) Create(ctx context.Context, spec engine.Spec, stderr io.Writ
 	if err != nil {
 		return engine.Attached{}, err
 	}
+	var held *heldFolder
+	if dir != "" {
+		if held, err = holdFolder(dir); err != nil {
+			return engine.Attached{}, err
+		}
+	}
 	st, err := s.Start(ctx, ps, stderr)
 	if err != nil {
+		if held != nil {
+			held.Close()
+		}
 		return engine.Attached{}, err
 	}
-	var rw io.ReadWriteCloser = st
-	if dir != "" {
-		rw = syncFiles(st, &folderCopier{e: s.Engine, pod: ps.Name, dir: dir, limit: s.DataLimit})
+	if held == nil {
+		return engine.Attached{ID: ps.Name, Stdin: st, Stdout: st, Done: st.Done(), Closer: st}, nil
 	}
-	return engine.Attached{ID: ps.Name, Stdin: rw, Stdout: rw, Done: st.Done(), Closer: closers{rw, st}}, nil
+	rw := syncFiles(st, &folderCopier{e: s.Engine, pod: ps.Name, dir: held, limit: s.DataLimit})
+	return engine.Attached{ID: ps.Name, Stdin: rw, Stdout: rw, Done: st.Done(), Closer: closers{rw, st, held}}, nil
 }
 
 // closers closes each in turn.
