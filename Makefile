@@ -26,12 +26,14 @@ CLUSTER_PKGS = ./deploy/k8s-cluster ./deploy/kubernetes ./internal/sandbox/kuber
 K8S_TESTS = ^(TestMCP|TestREST|TestKeptState|TestKeptStateCancel|TestEgress|TestPreview|TestContainment|TestDeadPeer|TestExecutorCrash)$$
 
 ## test: every test: unit, and integration against real Redis and Docker;
-## then the containment, recycling and core end-to-end tests under gVisor
+## then the containment, recycling and core end-to-end tests under gVisor;
+## then the test cluster's packages and the end-to-end pass on it
 test: test-deps images
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 60m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CLUSTER_PKGS))")
 	SANDBOX_RUNTIME=runsc $(GO) test -race -count=1 -timeout 30m -run '$(RUNSC_TESTS)' ./e2e
 	$(GO) test -race -count=1 -timeout 40m $(CLUSTER_PKGS)
+	E2E_ENGINE=kubernetes $(GO) test -race -count=1 -timeout 40m -run '$(K8S_TESTS)' ./e2e
 
 ## test-e2e-kubernetes: the end-to-end tests above with SANDBOX_ENGINE=kubernetes,
 ## against the single-node cluster of deploy/k8s-cluster (make test-deps)

@@ -18,7 +18,9 @@ import (
 
 // probes is a Python program that tries each host:port of its
 // environment's PROBES (space-separated) and prints "host:port open" or
-// "host:port closed" for each.
+// "host:port closed" for each; to each host:port of UDP_PROBES it sends
+// datagrams naming it (a send succeeds whether or not a policy drops the
+// datagram: the listener tells).
 const probes = `import os, socket
 for t in os.environ["PROBES"].split():
     h, p = t.rsplit(":", 1)
@@ -26,7 +28,15 @@ for t in os.environ["PROBES"].split():
         socket.create_connection((h, int(p)), timeout=1).close()
         print(t, "open")
     except Exception:
-        print(t, "closed")`
+        print(t, "closed")
+for t in os.environ.get("UDP_PROBES", "").split():
+    h, p = t.rsplit(":", 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(5):
+        try:
+            s.sendto(t.encode(), (h, int(p)))
+        except OSError:
+            pass`
 
 // denyAll is deploy/kubernetes's policy for the sandboxes' namespace.
 const denyAll = `apiVersion: networking.k8s.io/v1
@@ -52,10 +62,11 @@ func TestSandboxIsIsolatedFromItsFirstRun(t *testing.T) {
 		net.JoinHostPort(c.NodeIP, fmt.Sprint(redisOn(t, c.NodeIP))),
 		outside,
 	}
+	udp := listenUDP(t, c.NodeIP)
 	ns := c.namespace(t)
 	c.Apply(t, fmt.Sprintf(denyAll, ns))
 	e := c.engineWith(t, Settings{Namespace: ns, PullPolicy: corev1.PullNever, Isolated: net.JoinHostPort(c.APIServiceIP, "443")})
-	env := map[string]string{"PROBES": strings.Join(targets, " ")}
+	env := map[string]string{"PROBES": strings.Join(targets, " "), "UDP_PROBES": udp.addr}
 
 	spec := c.spec(nil)
 	spec.Env = env
@@ -66,6 +77,9 @@ func TestSandboxIsIsolatedFromItsFirstRun(t *testing.T) {
 			t.Errorf("the sandbox's first run reached %s:\n%s", tg, out)
 		}
 	}
+	if udp.received(time.Second) {
+		t.Errorf("the sandbox's datagrams reached %s on the node", udp.addr)
+	}
 
 	// The control: the same image and program in a namespace with no
 	// policy reaches them all (so "closed" above is the policy's doing).
@@ -74,6 +88,9 @@ func TestSandboxIsIsolatedFromItsFirstRun(t *testing.T) {
 	spec.Env = env
 	conn, _ = start(t, free, spec)
 	out, _ = run(t, conn, probes)
+	if !udp.received(5 * time.Second) {
+		t.Errorf("a sandbox with no policy did not reach %s by UDP", udp.addr)
+	}
 	for _, tg := range targets {
 		if !strings.Contains(out, tg+" open") {
 			t.Errorf("a sandbox with no policy did not reach %s:\n%s", tg, out)
@@ -156,4 +173,45 @@ func listenOutside(t *testing.T, nodeIP string) string {
 	}
 	t.Fatal("this machine has no IPv4 address besides the node's and loopback")
 	return ""
+}
+
+// udpListener counts the datagrams that reach an address of the node.
+type udpListener struct {
+	addr string
+	got  chan struct{}
+}
+
+// listenUDP listens for datagrams on the node's address ip (what a pod
+// reaches of the host, were it not for the policy).
+func listenUDP(t *testing.T, ip string) *udpListener {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	l := &udpListener{addr: pc.LocalAddr().String(), got: make(chan struct{}, 64)}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			select {
+			case l.got <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+// received reports whether a datagram came, waiting at most wait for one.
+func (l *udpListener) received(wait time.Duration) bool {
+	select {
+	case <-l.got:
+		return true
+	case <-time.After(wait):
+		return false
+	}
 }
