@@ -41,10 +41,15 @@ test-e2e-kubernetes: test-deps images
 	E2E_ENGINE=kubernetes $(GO) test -race -count=1 -timeout 40m -run '$(K8S_TESTS)' ./e2e
 
 ## bench: start the service on a real redis-server and Docker, measure it
-## against plain-Docker baselines, print the table (also in var/bench.md)
+## against plain-Docker baselines, print the table (also in var/bench.md);
+## then the Kubernetes engine on the test cluster: a pod's create to its
+## agent's hello (p50/p95), and a warm print(1) over the API server beside
+## the same agent attached through Docker (var/bench-kubernetes.txt)
 bench: images build
 	@mkdir -p var
 	$(GO) run ./cmd/bench -bin bin -out var/bench.md
+	GO=$(GO) ./deploy/k8s-cluster/install.sh
+	$(GO) test -run '^$$' -bench 'StartToHello|WarmPrint' -benchtime 20x ./internal/sandbox/kubernetes | tee var/bench-kubernetes.txt
 
 ## build: the api and executor binaries, in bin/
 build:
