@@ -27,6 +27,10 @@ import (
 // containers of the Docker Engine.
 var onKubernetes = os.Getenv("E2E_ENGINE") == "kubernetes"
 
+// k8sRuntimeClass is the RuntimeClass of the pass's sandbox pods
+// (E2E_K8S_RUNTIME_CLASS=runsc: gVisor); unset, the cluster's default.
+var k8sRuntimeClass = os.Getenv("E2E_K8S_RUNTIME_CLASS")
+
 // k8sLanguages are the runners imported into the test cluster: those the
 // tests of the Kubernetes pass run (each costs an import of its image).
 var k8sLanguages = []string{"bash", "python", "typescript"}
@@ -152,7 +156,8 @@ func engineFor(t *testing.T) (sandboxes, []string) {
 	}
 	k := testCluster(t)
 	return k.pods, []string{"SANDBOX_ENGINE=kubernetes", "KUBECONFIG=" + k.cluster.Kubeconfig,
-		"SANDBOX_K8S_NAMESPACE=" + k.pods.ns, "SANDBOX_RUNNERS_FILE=" + k.runners}
+		"SANDBOX_K8S_NAMESPACE=" + k.pods.ns, "SANDBOX_RUNNERS_FILE=" + k.runners,
+		"SANDBOX_K8S_RUNTIME_CLASS=" + k8sRuntimeClass}
 }
 
 // cluster is the test cluster as the suite uses it: a namespace for
@@ -181,12 +186,13 @@ func testCluster(t *testing.T) *cluster {
 	return clusterSetUp
 }
 
-// namespacePolicy is deploy/kubernetes's for the sandboxes' namespace.
+// namespacePolicy is deploy/kubernetes's for the sandboxes' namespace,
+// at Pod Security's level %[2]s.
 const namespacePolicy = `apiVersion: v1
 kind: Namespace
 metadata:
   name: %[1]s
-  labels: {pod-security.kubernetes.io/enforce: restricted}
+  labels: {pod-security.kubernetes.io/enforce: %[2]s}
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -199,7 +205,15 @@ spec:
 func setUpCluster(t *testing.T) *cluster {
 	c := testenv.Kubernetes(t)
 	const ns = "runbox-e2e"
-	c.Apply(t, fmt.Sprintf(namespacePolicy, ns))
+	level := "restricted"
+	if k8sRuntimeClass == "runsc" {
+		// Under gVisor the agent runs as root with the capabilities it
+		// starts programs with, inside gVisor's kernel: deploy/kubernetes's
+		// gvisor component admits that by its own policy (tested in
+		// deploy/kubernetes), which this namespace does not repeat.
+		level = "privileged"
+	}
+	c.Apply(t, fmt.Sprintf(namespacePolicy, ns, level))
 	for _, l := range k8sLanguages {
 		c.ImportImage(t, "runner-"+l+":latest")
 	}
