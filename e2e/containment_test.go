@@ -59,8 +59,11 @@ print("left:", left)`
 }
 
 // underGVisor reports whether the tests run sandboxes under gVisor
-// (SANDBOX_RUNTIME=runsc, as make test's second pass does).
-func underGVisor() bool { return os.Getenv("SANDBOX_RUNTIME") == "runsc" }
+// (SANDBOX_RUNTIME=runsc, as make test's second pass does; pods of the
+// RuntimeClass runsc on Kubernetes).
+func underGVisor() bool {
+	return os.Getenv("SANDBOX_RUNTIME") == "runsc" || (onKubernetes && k8sRuntimeClass == "runsc")
+}
 
 func pyBool(b bool) string {
 	if b {
