@@ -58,6 +58,7 @@ bench: images build
 	$(GO) run ./cmd/bench -bin bin -out var/bench.md
 	GO=$(GO) ./deploy/k8s-cluster/install.sh
 	$(GO) test -run '^$$' -bench 'StartToHello|WarmPrint' -benchtime 20x ./internal/sandbox/kubernetes | tee var/bench-kubernetes.txt
+	$(GO) test -run '^$$' -bench Engines -benchtime 30x -timeout 30m ./e2e | tee -a var/bench-kubernetes.txt
 
 ## build: the api and executor binaries, in bin/
 build:

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,8 +42,15 @@ func TestMain(m *testing.M) {
 	}
 	bin.dir = dir
 	bin.api, bin.executor = filepath.Join(dir, "api"), filepath.Join(dir, "executor")
+	// Tests run the binaries with the race detector; benchmarks without
+	// it, which would otherwise be most of what they measure.
+	flag.Parse()
+	build := []string{"build", "-race"}
+	if flag.Lookup("test.bench").Value.String() != "" {
+		build = build[:1]
+	}
 	for out, pkg := range map[string]string{bin.api: "./cmd/api", bin.executor: "./cmd/executor"} {
-		cmd := exec.Command("go", "build", "-race", "-o", out, pkg)
+		cmd := exec.Command("go", append(build, "-o", out, pkg)...)
 		cmd.Dir = ".."
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -50,8 +58,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	// The test cluster, if a test started it (E2E_ENGINE=kubernetes),
-	// stops after the tests.
+	// The test cluster, if a test or benchmark started it, stops after them.
 	code := testenv.KubernetesMain(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -61,7 +68,7 @@ const token = "e2e-token-0123456789"
 
 // service is a running deployment: redis-server, api and executors.
 type service struct {
-	t        *testing.T
+	t        testing.TB
 	url      string // http://127.0.0.1:port
 	redisURL string
 	root     string
@@ -113,12 +120,15 @@ type options struct {
 	// s3 keeps files in a real S3 server (FILE_STORE): executors share
 	// only Redis and the store, and the link secret is the one in Redis.
 	s3 bool
+	// engine runs the sandboxes on "docker" or "kubernetes"; empty, on
+	// the pass's engine (E2E_ENGINE).
+	engine string
 }
 
-func start(t *testing.T, o options) *service {
+func start(t testing.TB, o options) *service {
 	t.Helper()
 	port := testenv.FreePort(t)
-	sandboxes, engineEnv := engineFor(t)
+	sandboxes, engineEnv := engineFor(t, o.engine)
 	s := &service{
 		t:         t,
 		url:       fmt.Sprintf("http://127.0.0.1:%d", port),

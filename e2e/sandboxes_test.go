@@ -149,9 +149,9 @@ func (p pods) readAll(t testing.TB, k *testenv.Cluster, path string) string {
 
 // engineFor returns the sandboxes the service's executors make, and the
 // settings that have them made there.
-func engineFor(t *testing.T) (sandboxes, []string) {
+func engineFor(t testing.TB, engine string) (sandboxes, []string) {
 	t.Helper()
-	if !onKubernetes {
+	if engine == "docker" || engine == "" && !onKubernetes {
 		return dockerSandboxes{testenv.Docker(t)}, nil
 	}
 	k := testCluster(t)
@@ -177,7 +177,7 @@ var (
 
 // testCluster starts the cluster and sets it up for the suite, once; a
 // test after a failed setup fails too.
-func testCluster(t *testing.T) *cluster {
+func testCluster(t testing.TB) *cluster {
 	t.Helper()
 	clusterOnce.Do(func() { clusterSetUp = setUpCluster(t) })
 	if clusterSetUp == nil {
@@ -202,7 +202,7 @@ spec:
   policyTypes: [Ingress, Egress]
 `
 
-func setUpCluster(t *testing.T) *cluster {
+func setUpCluster(t testing.TB) *cluster {
 	c := testenv.Kubernetes(t)
 	const ns = "runbox-e2e"
 	level := "restricted"

@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/runbox-dev/runbox/internal/bench"
+)
+
+// BenchmarkEngines measures run_code's print(1) through the whole service
+// (MCP, queue, executor, engine, agent) with the sandboxes on each
+// engine, one after the other in the same run, so that each figure has
+// its baseline beside it: in a conversation that ran already, and in a
+// new conversation each time (a pooled sandbox adopted). make bench runs
+// it after building the test cluster; each sub-benchmark reports its
+// median and 90th percentile.
+func BenchmarkEngines(b *testing.B) {
+	for _, engine := range []string{"docker", "kubernetes"} {
+		b.Run(engine, func(b *testing.B) {
+			s := start(b, options{engine: engine})
+			cs := s.session(nil)
+			ctx := context.Background()
+			printOne := func(b *testing.B, cid string) time.Duration {
+				args := map[string]any{"language": "python", "code": "print(1)"}
+				if cid != "" {
+					args["conversationId"] = cid
+				}
+				t0 := time.Now()
+				r, err := bench.RunCode(ctx, cs, args, nil)
+				took := time.Since(t0)
+				if err != nil || !r.Success || r.Stdout != "1\n" {
+					b.Fatalf("run_code print(1): %+v %v", r, err)
+				}
+				return took
+			}
+			b.Run("warm", func(b *testing.B) {
+				cid := "bench-warm-" + engine
+				printOne(b, cid)
+				var took []time.Duration
+				for b.Loop() {
+					took = append(took, printOne(b, cid))
+				}
+				report(b, took)
+			})
+			b.Run("new-conversation", func(b *testing.B) {
+				var took []time.Duration
+				for b.Loop() {
+					// The pool refills between calls, as between an
+					// agent's (cmd/bench's rows wait as long).
+					b.StopTimer()
+					time.Sleep(300 * time.Millisecond)
+					b.StartTimer()
+					took = append(took, printOne(b, ""))
+				}
+				report(b, took)
+			})
+		})
+	}
+}
+
+// report gives a sub-benchmark's median and 90th percentile, in ms.
+func report(b *testing.B, took []time.Duration) {
+	st := bench.Summarize(took)
+	b.ReportMetric(float64(st.Median.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(st.P90.Microseconds())/1000, "p90-ms")
+}
