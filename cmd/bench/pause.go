@@ -58,6 +58,14 @@ func (s *suite) pauseResume(ctx context.Context) ([]row, error) {
 	}}, nil
 }
 
+// onlyPause measures pause_session and resume_session alone, on a
+// service of its own.
+func onlyPause(ctx context.Context, binDir string, n int) ([]row, error) {
+	return onService(ctx, binDir, func(svc *service, cs *mcp.ClientSession) ([]row, error) {
+		return (&suite{svc: svc, cs: cs, n: n}).pauseResume(ctx)
+	})
+}
+
 // callTool calls a tool of a conversation and returns its structured
 // answer.
 func callTool(ctx context.Context, cs *mcp.ClientSession, tool, cid string) (map[string]any, error) {
