@@ -173,7 +173,8 @@ func TestRefusedRequestFlood(t *testing.T) {
 // through the egress proxy costs Redis a bounded size — its first
 // connections one by one, the rest counted per host and reason in its
 // events, its result and the audit log — and its run still ends with a
-// result; over the proxy socket and over the agent's streams alike.
+// result while valid calls keep working; over the proxy socket and over
+// the agent's streams alike.
 func TestEgressFlood(t *testing.T) {
 	w := newWorld(t)
 	n := floodSize(3000, 20000)
@@ -208,10 +209,34 @@ for i in range(%d):
         refused += 1
     s.close()
 print(refused)`, n)
+			// A valid call during the flood, as in TestRefusedRequestFlood.
+			validCalls := make(chan int, 1)
+			stop := make(chan struct{})
+			go func() {
+				n := 0
+				defer func() { validCalls <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if code := s.request("GET", "/v1/runners", nil, nil); code != http.StatusOK {
+						t.Errorf("a valid call during the flood: %d", code)
+						return
+					}
+					n++
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
 			began := time.Now()
 			r := runEgress(t, cs, map[string]any{"language": "python", "conversationId": "flood", "code": code,
 				"timeout_seconds": 240, "network": map[string]any{"allowed_domains": []string{"files.test"}}})
 			took := time.Since(began)
+			close(stop)
+			if <-validCalls == 0 {
+				t.Error("no valid call was made during the flood")
+			}
 			time.Sleep(2 * time.Second)
 			grew, entries := redisUsed(t, rdb)-before, auditEntries(rdb)-beforeEntries
 			t.Logf("%d refused connections (%s) in %v: Redis grew by %d bytes, the audit log by %d entries; the result lists %d",
