@@ -27,7 +27,7 @@ const (
 	// handler gives up when the webhook's time is out.
 	webhookRetries = 10000
 	// webhookTimeout is asynq's deadline for one attempt, a backstop: the
-	// attempt itself is bounded by webhooks.AttemptTimeout.
+	// attempt itself is bounded by webhooks.Options.AttemptTimeout.
 	webhookTimeout = time.Minute
 	// webhookPoll is how often an idle worker asks asynq for webhooks: a
 	// webhook waits that long at most once relayed.

@@ -12,8 +12,9 @@ import (
 	"github.com/runbox-dev/runbox/internal/egress"
 )
 
-// AttemptTimeout bounds one attempt to deliver a webhook: connecting,
-// sending, and the receiver's answer.
+// AttemptTimeout is the default bound of one attempt to deliver a
+// webhook (Options.AttemptTimeout): connecting, sending, and the
+// receiver's answer.
 const AttemptTimeout = 10 * time.Second
 
 // maxResponseHeader bounds the head of a receiver's answer.
@@ -23,11 +24,11 @@ const maxResponseHeader = 16 << 10
 // only to addresses the policy checked for the request's host, dialling
 // each address itself (no second resolution a rebinding name could
 // change), goes through no proxy of the environment, follows no
-// redirect, and gives each attempt AttemptTimeout. TLS checks the
+// redirect, and gives each attempt timeout. TLS checks the
 // certificate against the host's name (roots: the system's, or rootCAs
 // when set, for tests).
-func newHTTPClient(p *Policy, rootCAs *x509.CertPool) *http.Client {
-	dialer := &net.Dialer{Timeout: AttemptTimeout}
+func newHTTPClient(p *Policy, rootCAs *x509.CertPool, timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout}
 	tr := &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -57,8 +58,8 @@ func newHTTPClient(p *Policy, rootCAs *x509.CertPool) *http.Client {
 			}
 			return nil, last
 		},
-		TLSHandshakeTimeout:    AttemptTimeout,
-		ResponseHeaderTimeout:  AttemptTimeout,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
 		MaxResponseHeaderBytes: maxResponseHeader,
 		DisableCompression:     true,
 		MaxIdleConnsPerHost:    4,
@@ -67,7 +68,7 @@ func newHTTPClient(p *Policy, rootCAs *x509.CertPool) *http.Client {
 	tr.TLSClientConfig = &tls.Config{RootCAs: rootCAs, MinVersion: tls.VersionTLS12}
 	return &http.Client{
 		Transport: tr,
-		Timeout:   AttemptTimeout,
+		Timeout:   timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

@@ -26,6 +26,9 @@ const (
 	maxBodyRead = 64 << 10
 	// userAgent names the sender.
 	userAgent = "runbox-webhooks/1"
+	// recordTimeout bounds recording an attempt in Redis once it is made
+	// (not the attempt itself: Options.AttemptTimeout).
+	recordTimeout = 10 * time.Second
 )
 
 // delay is the wait before attempt n+1 of webhook id (n counts the
@@ -103,7 +106,7 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 		d.Error += "; given up after " + s.o.RetryFor.String()
 	}
 	// Recorded with a context of its own: the attempt was made.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if err := s.store.RecordAttempt(rctx, d, s.ttl()); err != nil {
 		s.log.Warn("record a webhook's attempt", "webhook", w.ID, "err", err)
@@ -161,7 +164,7 @@ func (s *Service) attempt(ctx context.Context, w runbox.Webhook, now time.Time) 
 	req.Header.Set(signature.HeaderSignature, sig)
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return 0, false, errors.New(describe(err))
+		return 0, false, errors.New(describe(err, s.o.AttemptTimeout))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyRead))
 	resp.Body.Close()
@@ -169,15 +172,15 @@ func (s *Service) attempt(ctx context.Context, w runbox.Webhook, now time.Time) 
 }
 
 // describe says why a request failed, in words that name no host detail
-// beyond what the client gave.
-func describe(err error) string {
+// beyond what the client gave; timeout is the attempt's bound.
+func describe(err error, timeout time.Duration) string {
 	if e, ok := errors.AsType[*runbox.Error](err); ok {
 		return e.Message
 	}
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		return "timed out (" + AttemptTimeout.String() + ")"
+		return "timed out (" + timeout.String() + ")"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
 	}

@@ -41,6 +41,10 @@ type received struct {
 	body                     []byte
 }
 
+// hang, as a receiver's code, answers nothing: the request is held until
+// the sender gives it up.
+const hang = 0
+
 // receiver is a webhook receiver on loopback that answers each webhook
 // with codes in turn (the last one again once they run out) and keeps
 // what it got.
@@ -49,6 +53,8 @@ type receiver struct {
 	mu    sync.Mutex
 	codes []int
 	got   []received
+	// abandoned counts the requests held (hang) that the sender gave up.
+	abandoned int
 	// extra headers of the answers (Location).
 	header http.Header
 }
@@ -71,6 +77,13 @@ func newReceiver(t *testing.T, codes ...int) *receiver {
 			w.Header()[k] = v
 		}
 		r.mu.Unlock()
+		if code == hang {
+			<-req.Context().Done()
+			r.mu.Lock()
+			r.abandoned++
+			r.mu.Unlock()
+			return
+		}
 		w.WriteHeader(code)
 	}))
 	t.Cleanup(r.srv.Close)
@@ -114,7 +127,8 @@ type harness struct {
 	reg   *prometheus.Registry
 }
 
-func newHarness(t *testing.T, hosts string, retryFor time.Duration, resolver egress.Resolver) *harness {
+// newHarness's attempt is Options.AttemptTimeout (0: the default).
+func newHarness(t *testing.T, hosts string, retryFor, attempt time.Duration, resolver egress.Resolver) *harness {
 	_, url := testenv.Miniredis(t)
 	rdb := testenv.Client(t, url)
 	conn := store.NewConn(rdb)
@@ -132,7 +146,7 @@ func newHarness(t *testing.T, hosts string, retryFor time.Duration, resolver egr
 	svc := New(queue.NewWebhooks(conn), st, Options{
 		Policy:  &Policy{Allow: allow, Hosts: h, Resolver: resolver, Own: func() map[netip.Addr]bool { return nil }},
 		Clients: map[string]Client{"alice": {Secrets: secrets, Started: true}},
-		Backoff: 50 * time.Millisecond, RetryFor: retryFor, Registry: reg,
+		Backoff: 50 * time.Millisecond, RetryFor: retryFor, AttemptTimeout: attempt, Registry: reg,
 	})
 	w := queue.NewWebhookWorker(conn, svc, svc.log)
 	if err := w.Start(context.Background()); err != nil {
@@ -200,7 +214,7 @@ func (h *harness) deliveries(run string) []runbox.Delivery {
 // recorded and counted. Asked for again, it comes a fourth time.
 func TestDeliverRetriesSigned(t *testing.T) {
 	rcv := newReceiver(t, 500, 503, 200)
-	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_signed", "http://recv.test:"+rcv.port()+"/hook")
 	id := store.WebhookID("run_signed", runbox.WebhookRunCompleted)
 	started := store.WebhookID("run_signed", runbox.WebhookRunStarted)
@@ -288,7 +302,7 @@ func TestDeliverRetriesSigned(t *testing.T) {
 // TestDeliverGoneStops: 410 ends the webhook after one attempt.
 func TestDeliverGoneStops(t *testing.T) {
 	rcv := newReceiver(t, 410)
-	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_gone", "http://recv.test:"+rcv.port()+"/")
 	id := store.WebhookID("run_gone", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookGone)
@@ -309,7 +323,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 	target := newReceiver(t, 200)
 	rcv := newReceiver(t, 302, 200)
 	rcv.header.Set("Location", target.srv.URL+"/stolen")
-	h := newHarness(t, "redirect.test=127.0.0.1:"+rcv.port(), time.Hour, nil)
+	h := newHarness(t, "redirect.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_redirect", "http://redirect.test:"+rcv.port()+"/")
 	id := store.WebhookID("run_redirect", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookDelivered)
@@ -319,6 +333,59 @@ func TestDeliverNoRedirect(t *testing.T) {
 	ds := h.deliveries("run_redirect")
 	if first := ds[0]; first.StatusCode != 302 || !strings.Contains(first.Error, "redirects are not followed") {
 		t.Errorf("first attempt %+v", first)
+	}
+}
+
+// TestDeliverTimeout: a receiver that never answers has its attempt
+// ended by the attempt's timeout — its request given up, the attempt
+// recorded as timed out — and the webhook is retried, and delivered when
+// the receiver answers.
+func TestDeliverTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	rcv := newReceiver(t, hang, 200)
+	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, timeout, nil)
+	h.endRun("run_hang", "http://recv.test:"+rcv.port()+"/hook")
+	id := store.WebhookID("run_hang", runbox.WebhookRunCompleted)
+	h.waitState(id, runbox.WebhookDelivered)
+	h.waitState(store.WebhookID("run_hang", runbox.WebhookRunStarted), runbox.WebhookDelivered)
+
+	var ds []runbox.Delivery
+	for _, d := range h.deliveries("run_hang") {
+		if d.WebhookID == id {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) != 2 {
+		t.Fatalf("attempts %+v; want a timed out one and a delivered one", ds)
+	}
+	if first := ds[0]; first.StatusCode != 0 || first.Error != "timed out ("+timeout.String()+")" {
+		t.Errorf("the held attempt was recorded as %+v", first)
+	}
+	if second := ds[1]; second.Attempt != 2 || second.StatusCode != 200 || second.Error != "" {
+		t.Errorf("the retry was recorded as %+v", second)
+	}
+	var ids []string
+	for _, r := range rcv.requests() {
+		if r.id == id {
+			ids = append(ids, r.id)
+		}
+	}
+	if len(ids) != 2 {
+		t.Errorf("the receiver got the completion %d times", len(ids))
+	}
+	// Both webhooks' first requests were held, and given up by the sender.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rcv.mu.Lock()
+		n := rcv.abandoned
+		rcv.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d held requests given up; want 2", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -344,7 +411,7 @@ func (r *rebinding) LookupNetIP(context.Context, string, string) ([]netip.Addr, 
 // loopback at delivery is refused at the connection, and the attempt
 // says why; given its time, the webhook is given up.
 func TestDeliverRebinding(t *testing.T) {
-	h := newHarness(t, "", 2*time.Second, &rebinding{})
+	h := newHarness(t, "", 2*time.Second, 0, &rebinding{})
 	h.endRun("run_rebind", "https://rebind.example/hook")
 	id := store.WebhookID("run_rebind", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookFailed)

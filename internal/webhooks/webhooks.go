@@ -101,6 +101,8 @@ type Options struct {
 	// (WEBHOOK_BACKOFF); RetryFor how long a webhook is retried
 	// (WEBHOOK_RETRY_FOR).
 	Backoff, RetryFor time.Duration
+	// AttemptTimeout bounds each attempt (default AttemptTimeout).
+	AttemptTimeout time.Duration
 	// RootCAs, when set, are the roots receivers' certificates are
 	// checked against instead of the system's (tests).
 	RootCAs  *x509.CertPool
@@ -127,6 +129,9 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.RetryFor <= 0 {
 		o.RetryFor = DefaultRetryFor
 	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = AttemptTimeout
+	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -136,7 +141,7 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
-	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs), tasks: tasks,
+	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs, o.AttemptTimeout), tasks: tasks,
 		log: o.Logger.With("component", "webhooks"), metrics: newMetrics(o.Registry)}
 }
 
