@@ -71,9 +71,11 @@ type service struct {
 	t        testing.TB
 	url      string // http://127.0.0.1:port
 	redisURL string
-	root     string
-	secret   string
-	env      []string
+	// redis is the service's redis-server (none when embedded).
+	redis  *testenv.RedisServer
+	root   string
+	secret string
+	env    []string
 	// sandboxes are those of the executors' engine.
 	sandboxes sandboxes
 
@@ -123,6 +125,8 @@ type options struct {
 	// engine runs the sandboxes on "docker" or "kubernetes"; empty, on
 	// the pass's engine (E2E_ENGINE).
 	engine string
+	// redisArgs are added to redis-server's command line.
+	redisArgs []string
 }
 
 func start(t testing.TB, o options) *service {
@@ -145,7 +149,8 @@ func start(t testing.TB, o options) *service {
 		"LOG_LEVEL=debug",
 	)
 	if !o.embedded {
-		s.redisURL = testenv.Redis(t)
+		s.redis = testenv.StartRedis(t, o.redisArgs...)
+		s.redisURL = s.redis.URL
 		s.env = append(s.env, "REDIS_URL="+s.redisURL)
 	} else {
 		id := "e2e-embedded-" + strings.ToLower(rand.Text()[:8])

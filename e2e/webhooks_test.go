@@ -6,10 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +59,7 @@ type hookReceiver struct {
 	mu   sync.Mutex
 	got  []hook
 	hold chan struct{} // while not nil, requests wait for it to close
+	down bool          // while set, every request is refused with 503
 	// redirectTo is where /redirect sends.
 	redirectTo string
 }
@@ -79,6 +84,8 @@ func newHookReceiver(t *testing.T, refuse int) *hookReceiver {
 			h.Status = http.StatusFound
 		case !h.Verified:
 			h.Status = http.StatusUnauthorized
+		case r.down:
+			h.Status = http.StatusServiceUnavailable
 		case seen < r.refuse:
 			h.Status = http.StatusInternalServerError
 		default:
@@ -130,6 +137,13 @@ func verifyHook(secret string, h hook) bool {
 		}
 	}
 	return false
+}
+
+// setDown makes the receiver refuse every request (503), or not.
+func (r *hookReceiver) setDown(down bool) {
+	r.mu.Lock()
+	r.down = down
+	r.mu.Unlock()
 }
 
 func (r *hookReceiver) port() string {
@@ -400,16 +414,7 @@ func TestWebhookCrashes(t *testing.T) {
 		}
 		return acc.RunID
 	}
-	status := func(h hook) string {
-		var env envelope
-		var run struct {
-			Status string `json:"status"`
-		}
-		if json.Unmarshal(h.Body, &env) != nil || json.Unmarshal(env.Data, &run) != nil {
-			t.Fatalf("body %s", h.Body)
-		}
-		return run.Status
-	}
+	status := func(h hook) string { return hookStatus(t, h) }
 
 	t.Run("executor killed", func(t *testing.T) {
 		ended := post("echo ended")
@@ -474,4 +479,147 @@ func TestWebhookCrashes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// redisAsDeployed is Redis's persistence as docker-compose.yml,
+// deploy/redis.Dockerfile and the Kubernetes manifests run it: an AOF,
+// fsynced every second.
+var redisAsDeployed = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+
+// TestWebhookRedisRestart: a Redis restart loses no webhook and makes
+// no second delivery of one. Redis persists as deployed; it is shut down
+// as a restart does (SIGTERM), then killed (SIGKILL), each time while
+// the webhooks of runs that ended wait for their retries (the receiver
+// refuses them) and while a run is under way that ends while Redis is
+// down. Once Redis is back and the receiver accepts, every run's webhook
+// arrives, signed; a run's webhook that came more than once came with
+// the same webhook-id and body each time: at least once, never two
+// deliveries.
+func TestWebhookRedisRestart(t *testing.T) {
+	rcv := newHookReceiver(t, 0)
+	// The run that ends while Redis is down waits for a file the test
+	// writes into its conversation's folder: Docker's bind mount.
+	s := start(t, options{env: webhookEnv(rcv), redisArgs: redisAsDeployed, engine: "docker"})
+	recv := "http://recv.test:" + rcv.port() + "/redis"
+	rdb := testenv.Client(t, s.redisURL)
+	post := func(conversation, code string) string {
+		t.Helper()
+		var acc struct {
+			RunID string `json:"run_id"`
+		}
+		if st := s.request("POST", "/v1/runs", map[string]any{"language": "bash", "code": code, "conversationId": conversation,
+			"callback_url": recv}, &acc); st != http.StatusAccepted {
+			t.Fatalf("POST /v1/runs: %d", st)
+		}
+		return acc.RunID
+	}
+
+	for _, tc := range []struct {
+		name string
+		sig  os.Signal
+	}{{"restarted", syscall.SIGTERM}, {"killed", os.Kill}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rcv.setDown(true)
+			// Runs that end while Redis is up: their webhooks are refused,
+			// and wait for their retries.
+			var ids []string
+			for i := range 3 {
+				ids = append(ids, post(fmt.Sprintf("%s-%d", tc.name, i), fmt.Sprintf("echo %s %d", tc.name, i)))
+			}
+			for _, id := range ids {
+				waitForLong(t, time.Minute, func() bool { return len(rcv.of(completedID(id))) > 0 })
+			}
+			// A run under way, that ends once Redis is down.
+			conversation := tc.name + "-late"
+			files := filepath.Join(s.root, conversation, "files")
+			late := post(conversation, "touch /data/waiting; until [ -e /data/go ]; do sleep 0.05; done; echo late")
+			ids = append(ids, late)
+			waitForLong(t, time.Minute, func() bool {
+				_, err := os.Stat(filepath.Join(files, "waiting"))
+				return err == nil
+			})
+
+			s.redis.Stop(tc.sig)
+			if err := os.WriteFile(filepath.Join(files, "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Redis stays down until the executor has tried to record the
+			// run's end, and failed.
+			executor := proc0(t, s, s.executors[0])
+			waitForLong(t, time.Minute, func() bool {
+				return slices.ContainsFunc(strings.Split(executor.out.String(), "\n"), func(l string) bool {
+					return strings.Contains(l, "record result") && strings.Contains(l, late)
+				})
+			})
+			s.redis.Start()
+			s.waitReady()
+			rcv.setDown(false)
+
+			for _, id := range ids {
+				got := rcv.accepted(t, completedID(id), 3*time.Minute)
+				checkOneDelivery(t, rcv, id)
+				// The webhook tells of the run's end as recorded.
+				if want, said := runStatus(t, rdb, id), hookStatus(t, got[0]); said != want {
+					t.Errorf("run %s: its webhook says %s, its record %s", id, said, want)
+				}
+			}
+			// The executor could not record the end of the run that ended
+			// while Redis was down: the watchdog ended it as lost, and that
+			// end was told of.
+			t.Logf("the run that ended while Redis was down is recorded %s", runStatus(t, rdb, late))
+		})
+	}
+}
+
+// hookStatus is the status a run's webhook says it ended with.
+func hookStatus(t *testing.T, h hook) string {
+	t.Helper()
+	var env envelope
+	var run struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(h.Body, &env) != nil || json.Unmarshal(env.Data, &run) != nil {
+		t.Fatalf("body %s", h.Body)
+	}
+	return run.Status
+}
+
+// checkOneDelivery checks that every request that told of run's end came
+// signed, with the run's one webhook-id and the same body: repeats of
+// one delivery, not deliveries of their own.
+func checkOneDelivery(t *testing.T, r *hookReceiver, run string) {
+	t.Helper()
+	r.mu.Lock()
+	got := append([]hook(nil), r.got...)
+	r.mu.Unlock()
+	var first []byte
+	accepted := 0
+	for _, h := range got {
+		var env envelope
+		var rec struct {
+			RunID string `json:"run_id"`
+		}
+		if json.Unmarshal(h.Body, &env) != nil || json.Unmarshal(env.Data, &rec) != nil {
+			t.Fatalf("body %s", h.Body)
+		}
+		if rec.RunID != run || env.Type != "run.completed" {
+			continue
+		}
+		if h.ID != completedID(run) || !h.Verified {
+			t.Errorf("run %s told of as webhook %s (verified %v); want %s, signed", run, h.ID, h.Verified, completedID(run))
+		}
+		if first == nil {
+			first = h.Body
+		} else if string(h.Body) != string(first) {
+			t.Errorf("run %s told of with another body: %s, then %s", run, first, h.Body)
+		}
+		if h.Status == http.StatusOK {
+			accepted++
+		}
+	}
+	if accepted > 1 {
+		// At least once: allowed, with the same id, which receivers
+		// deduplicate on.
+		t.Logf("run %s: its webhook was accepted %d times", run, accepted)
+	}
 }

@@ -25,38 +25,92 @@ import (
 // fails the test: integration tests must not skip in CI.
 func Redis(t testing.TB, args ...string) string {
 	t.Helper()
+	return StartRedis(t, args...).URL
+}
+
+// RedisServer is a real redis-server a test started, which the test may
+// stop and start again: on the same port, with the same data folder and
+// command line, as a restarted deployment's Redis.
+type RedisServer struct {
+	// URL is the server's, the same across restarts.
+	URL string
+
+	t    testing.TB
+	bin  string
+	args []string
+	out  bytes.Buffer // every run's output, for failures
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // nil while stopped
+}
+
+// StartRedis starts a RedisServer, with args added to its command line
+// after the defaults (no persistence); later arguments win, so
+// "--appendonly", "yes" turns the AOF on. It is stopped when the test
+// ends.
+func StartRedis(t testing.TB, args ...string) *RedisServer {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server is not installed (apt-get install redis-server): integration tests need it")
 	}
 	port := FreePort(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning"}, args...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+	r := &RedisServer{
+		URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port),
+		t:   t,
+		bin: bin,
+		args: append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--loglevel", "warning"}, args...),
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		r.Stop(os.Kill)
 		if t.Failed() {
-			t.Logf("--- redis-server ---\n%s", out.String())
+			t.Logf("--- redis-server ---\n%s", r.out.String())
 		}
 	})
-	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	opt, _ := redis.ParseURL(url)
+	r.Start()
+	return r
+}
+
+// Start starts the server, stopped, again, and waits until it answers.
+func (r *RedisServer) Start() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		r.t.Fatal("redis-server is running already")
+	}
+	cmd := exec.Command(r.bin, r.args...)
+	cmd.Stdout, cmd.Stderr = &r.out, &r.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	r.cmd = cmd
+	opt, _ := redis.ParseURL(r.URL)
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	// Ping is refused (LOADING) while the AOF is read back.
+	deadline := time.Now().Add(30 * time.Second)
 	for rdb.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not come up")
+			r.t.Fatal("redis-server did not come up")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return url
+}
+
+// Stop sends the server sig — os.Interrupt or syscall.SIGTERM to shut it
+// down as a restart does (the AOF flushed), os.Kill as a crash — and
+// waits for it to exit. A stopped server is left so.
+func (r *RedisServer) Stop(sig os.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(sig)
+	_ = r.cmd.Wait()
+	r.cmd = nil
 }
 
 // Miniredis starts an in-process Redis for unit tests.
