@@ -1,6 +1,9 @@
 package runbox
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // MaxBatchRuns bounds the runs of one batch.
 const MaxBatchRuns = 1000
@@ -64,4 +67,72 @@ type Delivery struct {
 	StatusCode int       `json:"status_code,omitempty"`
 	DurationMS int64     `json:"duration_ms"`
 	Error      string    `json:"error,omitempty"`
+}
+
+// BatchRecord is a batch's record.
+type BatchRecord struct {
+	Batch
+	Client   string
+	Callback string
+	// Cancelling says that the batch was asked to stop: its waiting runs
+	// are not let in.
+	Cancelling bool
+}
+
+// ErrBatchNotFound reports a batch that does not exist (or has expired).
+var ErrBatchNotFound = Errorf(ENotFound, "no such batch")
+
+// NewBatch is a batch to record.
+type NewBatch struct {
+	ID        string
+	Client    string
+	CreatedAt time.Time
+	Runs      []BatchRun
+	// Callback is where the batch's end is told; "" nowhere.
+	Callback string
+	// IdempotencyKey, when the client used it before, returns that batch
+	// instead of a new one.
+	IdempotencyKey string
+	// Window bounds the client's runs queued or running at once that the
+	// batch's runs may join; 0 does not.
+	Window int
+	Queue  TaskQueue
+}
+
+// BatchRun is a run of a new batch.
+type BatchRun struct {
+	// Run is its record: ID, ConversationID (a conversation key),
+	// Language, Interactive.
+	Run  Run
+	Spec Spec
+	// Task is its task as asynq stores it (queue.Scheduler.StoredTask).
+	Task     []byte
+	Callback Callback
+}
+
+// TaskQueue is where asynq keeps the tasks of a queue (queue.Scheduler.SharedQueue):
+// the store writes a batch's tasks there itself, in the script that
+// records the batch.
+type TaskQueue struct {
+	Name          string
+	TaskKeyPrefix string // a task's hash is this and its id
+	PendingKey    string
+	QueuesKey     string // the set of queue names
+}
+
+// ErrWebhookNotFound reports a webhook that does not exist, or expired.
+var ErrWebhookNotFound = Errorf(ENotFound, "no such webhook")
+
+// WebhookID is the id of the webhook that tells of event (a
+// Webhook… type) of subject, a run or a batch: the same whoever
+// writes it and on every attempt, as receivers deduplicate by it.
+func WebhookID(subject, event string) string {
+	_, kind, _ := strings.Cut(event, ".")
+	return "msg_" + subject + "_" + kind
+}
+
+// Callback is where a run's end is told, and its start when Started.
+type Callback struct {
+	URL     string
+	Started bool
 }

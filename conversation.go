@@ -66,3 +66,14 @@ func ConversationURLPath(key string) string {
 	}
 	return "~" + client + "/" + id
 }
+
+// Mark is what a conversation looks like at a moment, to tell whether it
+// changed while it was being forked.
+type Mark struct {
+	Known   bool   // used (a run, an upload) within the retention
+	Busy    bool   // a run queued or running
+	LastRun string // its newest run
+	// Files is the version of its files in a remote file store (0 with
+	// the host folder, whose writers a fork locks out).
+	Files int64
+}

@@ -20,7 +20,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/sessions"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Language is the runner commands run on (runner-shell).
@@ -53,12 +52,12 @@ const (
 // Store keeps the sessions' executions (*store.Store), and says what the
 // executors offer and how many runs a client has going.
 type Store interface {
-	ReserveExecution(ctx context.Context, ref store.SessionRef, limits store.ExecutionLimits) (store.Reservation, error)
-	Release(ctx context.Context, r store.Reservation) error
-	RecordExecution(ctx context.Context, r store.Reservation, e store.Execution) error
-	SessionExecution(ctx context.Context, ref store.SessionRef, id string) (store.Execution, error)
-	ExecutionOf(ctx context.Context, id string) (store.Execution, error)
-	SessionExecutions(ctx context.Context, ref store.SessionRef, n int) ([]store.Execution, error)
+	ReserveExecution(ctx context.Context, ref runbox.SessionRef, limits runbox.ExecutionLimits) (runbox.Reservation, error)
+	Release(ctx context.Context, r runbox.Reservation) error
+	RecordExecution(ctx context.Context, r runbox.Reservation, e runbox.Execution) error
+	SessionExecution(ctx context.Context, ref runbox.SessionRef, id string) (runbox.Execution, error)
+	ExecutionOf(ctx context.Context, id string) (runbox.Execution, error)
+	SessionExecutions(ctx context.Context, ref runbox.SessionRef, n int) ([]runbox.Execution, error)
 	ActiveRuns(ctx context.Context, client string) (int, error)
 	Landlock(ctx context.Context) (bool, error)
 }
@@ -203,8 +202,8 @@ func (s *Service) start(ctx context.Context, in AsyncInput) (string, int, error)
 	if err := s.admit(ctx); err != nil {
 		return "", 0, err
 	}
-	place, err := s.store.ReserveExecution(ctx, ref, store.ExecutionLimits{PerSession: s.limits.PerSession, Total: s.limits.Total})
-	if tm, ok := errors.AsType[*store.ErrTooManyExecutions](err); ok {
+	place, err := s.store.ReserveExecution(ctx, ref, runbox.ExecutionLimits{PerSession: s.limits.PerSession, Total: s.limits.Total})
+	if tm, ok := errors.AsType[*runbox.ErrTooManyExecutions](err); ok {
 		return "", 0, runbox.Errorf(runbox.ETooManyExecutions, "%s (limit %d); wait for one to end or cancel one", tm.Error(), tm.Limit)
 	}
 	if err != nil {
@@ -217,7 +216,7 @@ func (s *Service) start(ctx context.Context, in AsyncInput) (string, int, error)
 		}
 		return "", 0, err
 	}
-	if err := s.store.RecordExecution(context.WithoutCancel(ctx), place, store.Execution{
+	if err := s.store.RecordExecution(context.WithoutCancel(ctx), place, runbox.Execution{
 		RunID: run.ID, Command: clip(in.Command, maxCommandShown), TimeoutSeconds: spec.TimeoutSeconds,
 	}); err != nil {
 		return "", 0, err
@@ -308,23 +307,23 @@ func (s *Service) admit(ctx context.Context) error {
 }
 
 // execution returns the caller's session's execution id.
-func (s *Service) execution(ctx context.Context, id string) (store.Execution, error) {
+func (s *Service) execution(ctx context.Context, id string) (runbox.Execution, error) {
 	ref, err := s.session(ctx)
 	if err != nil {
-		return store.Execution{}, err
+		return runbox.Execution{}, err
 	}
 	e, err := s.store.SessionExecution(ctx, ref, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Execution{}, runbox.Errorf(runbox.ENotFound, "no execution %s in this session", clip(id, 64))
+	if errors.Is(err, runbox.ErrRunNotFound) {
+		return runbox.Execution{}, runbox.Errorf(runbox.ENotFound, "no execution %s in this session", clip(id, 64))
 	}
 	return e, err
 }
 
 // executionRun returns the caller's session's execution id and its run.
-func (s *Service) executionRun(ctx context.Context, id string) (store.Execution, runbox.Run, error) {
+func (s *Service) executionRun(ctx context.Context, id string) (runbox.Execution, runbox.Run, error) {
 	e, err := s.execution(ctx, id)
 	if err != nil {
-		return store.Execution{}, runbox.Run{}, err
+		return runbox.Execution{}, runbox.Run{}, err
 	}
 	run, err := s.runs.Get(ctx, e.RunID)
 	return e, run, err
@@ -447,7 +446,7 @@ type Info struct {
 	ErrorMessage *string `json:"error_message"`
 }
 
-func info(e store.Execution, run runbox.Run) Info {
+func info(e runbox.Execution, run runbox.Run) Info {
 	started := run.CreatedAt
 	if !run.StartedAt.IsZero() {
 		started = run.StartedAt
@@ -498,7 +497,7 @@ func (s *Service) List(ctx context.Context, _ struct{}) (List, error) {
 	out := List{Executions: make([]Info, 0, len(execs))}
 	for _, e := range execs {
 		run, err := s.runs.Get(ctx, e.RunID)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, runbox.ErrRunNotFound) {
 			continue // its record expired
 		}
 		if err != nil {

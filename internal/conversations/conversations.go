@@ -212,7 +212,7 @@ func (s *Service) awaitEnd(ctx context.Context, ids []string) error {
 	wctx, cancel := context.WithTimeout(ctx, s.closeWait)
 	defer cancel()
 	for _, id := range ids {
-		if _, err := s.runs.Wait(wctx, id, 0, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.runs.Wait(wctx, id, 0, nil); err != nil && !errors.Is(err, runbox.ErrRunNotFound) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -221,7 +221,7 @@ func (s *Service) awaitEnd(ctx context.Context, ids []string) error {
 	}
 	for _, id := range ids {
 		run, err := s.store.Run(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, runbox.ErrRunNotFound) {
 			continue
 		}
 		if err != nil {
@@ -265,7 +265,7 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 			continue
 		}
 		status, err := s.runs.Cancel(ctx, r.ID)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err != nil && !errors.Is(err, runbox.ErrRunNotFound) {
 			return err
 		}
 		if err == nil && !status.Final() {

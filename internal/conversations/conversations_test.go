@@ -49,7 +49,7 @@ func TestCloseWaitsForItsRuns(t *testing.T) {
 	if _, err := folders.Write(key, "out.txt", strings.NewReader("x"), 10, true); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = st.CreateRun(ctx, store.NewRun{
+	_, _, err = st.CreateRun(ctx, runbox.NewRun{
 		Run:  runbox.Run{ID: "run_0123456789abcdef01234567", ConversationID: key, Language: "bash", Status: runbox.StatusQueued, CreatedAt: time.Now()},
 		Spec: runbox.Spec{ConversationID: key, Language: "bash", Code: "sleep 60", TimeoutSeconds: 60}, MaxWaiting: 4,
 		Client: "alice",
@@ -67,7 +67,7 @@ func TestCloseWaitsForItsRuns(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(folders.Path(key), "out.txt")); err != nil {
 		t.Fatalf("files removed while a run was still ending: %v", err)
 	}
-	if _, err := st.Finish(ctx, "run_0123456789abcdef01234567", store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+	if _, err := st.Finish(ctx, "run_0123456789abcdef01234567", runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 		Status: runbox.StatusCancelled, Result: &runbox.Result{}, Conversation: key}); err != nil {
 		t.Fatal(err)
 	}

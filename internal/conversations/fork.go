@@ -8,7 +8,6 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/snapshot"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // MaxForks bounds the forks one call makes.
@@ -155,23 +154,23 @@ func (s *Service) forkKeys(ctx context.Context, req ForkRequest) (string, []stri
 // forkable returns the source's mark when it can be forked: it exists (has
 // been used, or has files), and no run of it is queued or running. A
 // conversation of another client is not told from one never made.
-func (s *Service) forkable(ctx context.Context, src string) (store.Mark, error) {
+func (s *Service) forkable(ctx context.Context, src string) (runbox.Mark, error) {
 	m, err := s.store.Mark(ctx, src)
 	if err != nil {
-		return store.Mark{}, err
+		return runbox.Mark{}, err
 	}
 	if !m.Known {
 		has, err := s.files.Exists(ctx, src)
 		if err != nil {
-			return store.Mark{}, err
+			return runbox.Mark{}, err
 		}
 		if !has {
 			_, id, _ := runbox.ParseConversationKey(src)
-			return store.Mark{}, runbox.Errorf(runbox.ENotFound, "no conversation %s: it was never used or is closed", id)
+			return runbox.Mark{}, runbox.Errorf(runbox.ENotFound, "no conversation %s: it was never used or is closed", id)
 		}
 	}
 	if m.Busy {
-		return store.Mark{}, errBusy
+		return runbox.Mark{}, errBusy
 	}
 	return m, nil
 }
@@ -287,7 +286,7 @@ func (s *Service) forkState(ctx context.Context, src, dst string) (int64, error)
 }
 
 // unchanged checks that the source is as it was before the copy began.
-func (s *Service) unchanged(ctx context.Context, src string, before store.Mark) error {
+func (s *Service) unchanged(ctx context.Context, src string, before runbox.Mark) error {
 	after, err := s.store.Mark(ctx, src)
 	if err != nil {
 		return err

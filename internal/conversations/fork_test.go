@@ -154,7 +154,7 @@ func TestForkBusy(t *testing.T) {
 	if _, err := env.svc.Upload(alice, "src", "a.txt", strings.NewReader("x"), false); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := env.st.CreateRun(alice, store.NewRun{
+	_, _, err := env.st.CreateRun(alice, runbox.NewRun{
 		Run:  runbox.Run{ID: "run_0123456789abcdef01234567", ConversationID: key, Language: "bash", Status: runbox.StatusQueued, CreatedAt: time.Now()},
 		Spec: runbox.Spec{ConversationID: key, Language: "bash", Code: "sleep 60", TimeoutSeconds: 60}, MaxWaiting: 4,
 		Client: "alice",

@@ -36,7 +36,7 @@ func TestJanitorRetention(t *testing.T) {
 	os.Chtimes(filepath.Join(root, "old"), long, long)
 	os.Chtimes(filepath.Join(root, "old-busy"), long, long)
 	// old-busy has a run queued: it is never swept.
-	st.CreateRun(ctx, store.NewRun{Run: runbox.Run{ID: "r1", ConversationID: "old-busy", CreatedAt: time.Now()}, MaxWaiting: 1})
+	st.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: "r1", ConversationID: "old-busy", CreatedAt: time.Now()}, MaxWaiting: 1})
 
 	NewJanitor(folders, st, time.Minute, 24*time.Hour, lifecycle.Periodic(clockwork.NewRealClock()), slog.New(slog.DiscardHandler)).Sweep(ctx)
 	for cid, want := range map[string]bool{"old": false, "old-busy": true, "fresh": true} {
@@ -77,7 +77,7 @@ func TestExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st.CreateRun(ctx, store.NewRun{Run: runbox.Run{ID: "r1", ConversationID: "old-busy", CreatedAt: time.Now()}, MaxWaiting: 1})
+	st.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: "r1", ConversationID: "old-busy", CreatedAt: time.Now()}, MaxWaiting: 1})
 	NewExpiry(fs, st, time.Hour, clock, lifecycle.Periodic(clock), slog.New(slog.DiscardHandler)).Sweep(ctx)
 	for cid, want := range map[string]bool{"old": false, "old-busy": true, "fresh": true} {
 		if ok, _ := fs.Exists(ctx, cid); ok != want {

@@ -97,7 +97,7 @@ func (r *rig) submit(spec runbox.Spec) string {
 		spec.TimeoutSeconds = 60
 	}
 	ctx := context.Background()
-	adm, _, err := r.store.CreateRun(ctx, store.NewRun{
+	adm, _, err := r.store.CreateRun(ctx, runbox.NewRun{
 		Run: runbox.Run{ID: id, ConversationID: spec.ConversationID, Language: spec.Language,
 			Status: runbox.StatusQueued, CreatedAt: time.Now()},
 		Spec: spec, MaxWaiting: 16, Parallel: spec.Parallel,
@@ -105,7 +105,7 @@ func (r *rig) submit(spec runbox.Spec) string {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if adm == store.Enqueue {
+	if adm == runbox.AdmitEnqueue {
 		if err := r.sched.Enqueue(ctx, id); err != nil {
 			r.t.Fatal(err)
 		}
@@ -322,7 +322,7 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 	r := newRig(t, Config{Concurrency: 1})
 	ctx := context.Background()
 	for _, peer := range []string{"peer-back", "peer-dead"} {
-		if err := r.store.Heartbeat(ctx, store.ExecutorInfo{ID: peer}, time.Minute); err != nil {
+		if err := r.store.Heartbeat(ctx, runbox.ExecutorInfo{ID: peer}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,7 +332,7 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	// peer-back restarts: it registers, claims a run and makes a slot.
-	if err := r.store.Heartbeat(ctx, store.ExecutorInfo{ID: "peer-back"}, time.Minute); err != nil {
+	if err := r.store.Heartbeat(ctx, runbox.ExecutorInfo{ID: "peer-back"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
@@ -340,7 +340,7 @@ func TestReleaseSparesRestartedPeer(t *testing.T) {
 		// Recorded, never enqueued: the peer claims it at once.
 		ids[peer] = "run_" + peer
 		cid := "conv-" + peer
-		_, _, err := r.store.CreateRun(ctx, store.NewRun{
+		_, _, err := r.store.CreateRun(ctx, runbox.NewRun{
 			Run:  runbox.Run{ID: ids[peer], ConversationID: cid, Language: "bash", Status: runbox.StatusQueued, CreatedAt: time.Now()},
 			Spec: runbox.Spec{ConversationID: cid, Language: "bash", Code: "true", TimeoutSeconds: 60}, MaxWaiting: 16,
 		})

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // heartbeat beats every interval: the executor's renew keeps it
@@ -26,7 +26,7 @@ func (h *heartbeat) Start(ctx context.Context) error {
 
 // register records the executor in Redis for five heartbeats.
 func (e *Executor) register(ctx context.Context) error {
-	return e.store.Heartbeat(ctx, store.ExecutorInfo{
+	return e.store.Heartbeat(ctx, runbox.ExecutorInfo{
 		ID: e.cfg.ID, Concurrency: e.cfg.Concurrency, Runners: e.runners, StartedAt: e.started,
 		Templates: e.sandboxes.Templates(), Addr: e.cfg.LinkAddr,
 		Landlock: e.landlock, Conversations: e.sandboxes.Conversations(),

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox"
 )
 
 // The sandboxes of an executor that died (killed, its host's engine
@@ -50,7 +50,7 @@ type peerReaper struct {
 // peerStore is what the reaper asks of the store.
 type peerStore interface {
 	Beats(ctx context.Context, ids ...string) (map[string]int64, error)
-	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 	ReleaseDead(ctx context.Context, executor string, seen int64) (released bool, runs []string, err error)
 }
 

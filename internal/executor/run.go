@@ -16,7 +16,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/packages"
 	"github.com/runbox-dev/runbox/internal/sandbox"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // processTask runs the run of one task. It is the queue's handler.
@@ -483,7 +482,7 @@ var (
 )
 
 // userCancel is the cause of a client's cancellation.
-func userCancel(c store.CancelRequest) error {
+func userCancel(c runbox.CancelRequest) error {
 	if c.Graceful {
 		return errUserTerm
 	}
@@ -568,8 +567,8 @@ func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logge
 			log.Warn("record the conversation's executor", "err", err)
 		}
 	}
-	a, err := e.store.Finish(ctx, runID, store.Ending{
-		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+	a, err := e.store.Finish(ctx, runID, runbox.Ending{
+		From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 		Status: st.status, Result: &st.result, Events: st.events, Conversation: cid,
 	})
 	if err != nil {

@@ -108,7 +108,7 @@ func setup(t *testing.T, b Backend) (*Remote, string, *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	if err := st.Heartbeat(context.Background(), store.ExecutorInfo{ID: "ex1", Addr: addr}, time.Minute); err != nil {
+	if err := st.Heartbeat(context.Background(), runbox.ExecutorInfo{ID: "ex1", Addr: addr}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	return NewRemote(st, key), addr, srv

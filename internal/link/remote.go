@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // addrTTL is how long Remote trusts an executor's announced address: a
@@ -44,10 +43,10 @@ type cachedAddr struct {
 var _ Link = (*Remote)(nil)
 
 // Executors reads what executors announce in their heartbeats
-// (*store.Store): ExecutorInfo returns store.ErrExecutorGone for one that
+// (*store.Store): ExecutorInfo returns runbox.ErrExecutorGone for one that
 // is not alive.
 type Executors interface {
-	ExecutorInfo(ctx context.Context, id string) (store.ExecutorInfo, error)
+	ExecutorInfo(ctx context.Context, id string) (runbox.ExecutorInfo, error)
 }
 
 // NewRemote returns a Remote that reads addresses from st and signs with
@@ -68,7 +67,7 @@ func (r *Remote) addr(ctx context.Context, executor string) (string, error) {
 		return c.addr, nil
 	}
 	info, err := r.store.ExecutorInfo(ctx, executor)
-	if errors.Is(err, store.ErrExecutorGone) || (err == nil && info.Addr == "") {
+	if errors.Is(err, runbox.ErrExecutorGone) || (err == nil && info.Addr == "") {
 		return "", ErrGone
 	}
 	if err != nil {

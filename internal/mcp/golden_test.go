@@ -204,7 +204,7 @@ func newAllFamilies(t *testing.T, egress bool) *allFamilies {
 	log := slog.New(slog.DiscardHandler)
 	hub := stream.NewHub(conn, st, log)
 	t.Cleanup(func() { hub.Close() })
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},
 	}}, time.Hour)
 	svc := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(conn), log), runs.Limits{MaxCodeBytes: 1000,
@@ -337,7 +337,7 @@ func (h *allFamilies) finish(t *testing.T, cid string) {
 			h.store.Append(ctx, id, runbox.Event{Type: runbox.EventStdout, Data: "1\n"})
 			csv := runbox.FileInfo{Name: "out.csv", Path: "/data/out.csv", SizeBytes: 4, MimeType: "text/csv", URL: "http://test/f/out.csv"}
 			chart := runbox.FileInfo{Name: "dot.png", Path: "/data/dot.png", SizeBytes: 70, MimeType: "image/png", URL: "http://test/f/dot.png"}
-			h.store.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+			h.store.Finish(ctx, id, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 				Status: runbox.StatusSucceeded, Conversation: cid, Result: &runbox.Result{Success: true, Stdout: "1\n", Output: "1\n",
 					RunID: id, ConversationID: cid, DurationMS: 7, Files: []runbox.FileInfo{csv, chart}, Artifacts: []runbox.FileInfo{csv, chart}}})
 			return

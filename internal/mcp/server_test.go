@@ -41,7 +41,7 @@ func newFixture(t *testing.T, opts *mcpsdk.ClientOptions) *fixture {
 	t.Cleanup(func() { hub.Close() })
 	q := queue.NewClient(conn)
 	ctx := context.Background()
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "fake", Runners: []runbox.Runner{
 		{Language: "bash", Image: "runner-bash"}, {Language: "python", Image: "runner-python"},
 	}}, time.Hour)
 	svc := runs.NewService(st, hub, queue.NewScheduler(st, q, log), runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100, MaxWaiting: 4}, log)
@@ -82,7 +82,7 @@ func (f *fixture) finish(t *testing.T, cid string) {
 			}
 			f.store.Append(ctx, id, runbox.Event{Type: runbox.EventStdout, Data: "one\n"})
 			f.store.Append(ctx, id, runbox.Event{Type: runbox.EventStderr, Data: "two\n"})
-			f.store.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete, Status: runbox.StatusSucceeded,
+			f.store.Finish(ctx, id, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete, Status: runbox.StatusSucceeded,
 				Result: &runbox.Result{Success: true, Stdout: "one\n", Stderr: "two\n", RunID: id, ConversationID: cid}, Conversation: cid})
 			return
 		}

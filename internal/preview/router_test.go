@@ -119,7 +119,7 @@ func newFixture(t *testing.T, limits Limits) *fixture {
 	_, u := testenv.Miniredis(t)
 	st := store.New(store.NewConn(testenv.Client(t, u)))
 	ctx := context.Background()
-	if err := st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1"}, time.Hour); err != nil {
+	if err := st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{clock: clockwork.NewFakeClockAt(time.Now()), probe: &probe{got: make(chan string, 16), push: make(chan string)}}

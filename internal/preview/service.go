@@ -15,7 +15,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/link"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Key derives the key capabilities are signed with from the deployment's
@@ -32,13 +31,13 @@ func Key(secret []byte) []byte {
 const maxCached = 10000
 
 // Store keeps preview records and tells where conversations' sandboxes
-// are (*store.Store). Preview returns store.ErrPreviewNotFound for a
+// are (*store.Store). Preview returns runbox.ErrPreviewNotFound for a
 // record that does not exist.
 type Store interface {
-	SavePreview(ctx context.Context, id string, rec store.PreviewRecord, expires time.Time) error
-	Preview(ctx context.Context, id string) (store.PreviewRecord, error)
+	SavePreview(ctx context.Context, id string, rec runbox.PreviewRecord, expires time.Time) error
+	Preview(ctx context.Context, id string) (runbox.PreviewRecord, error)
 	Owner(ctx context.Context, cid string) (string, error)
-	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 }
 
 // Service issues and resolves preview URLs.
@@ -114,7 +113,7 @@ func (s *Service) Issue(ctx context.Context, key string, port int) (URL, error) 
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	// Whole seconds: what the capability carries.
 	expires := s.now().Add(s.ttl).Truncate(time.Second)
-	rec := store.PreviewRecord{Client: client, Conversation: key, Executor: executor, Sandboxes: sandboxes}
+	rec := runbox.PreviewRecord{Client: client, Conversation: key, Executor: executor, Sandboxes: sandboxes}
 	if err := s.store.SavePreview(ctx, hex.EncodeToString(id[:]), rec, expires); err != nil {
 		return URL{}, err
 	}
@@ -181,7 +180,7 @@ func (s *Service) Resolve(ctx context.Context, label string) (Target, error) {
 	s.mu.Unlock()
 	if !ok {
 		rec, err := s.store.Preview(ctx, id)
-		if errors.Is(err, store.ErrPreviewNotFound) {
+		if errors.Is(err, runbox.ErrPreviewNotFound) {
 			return Target{}, ErrInvalid
 		}
 		if err != nil {

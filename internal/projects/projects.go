@@ -24,7 +24,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/preview"
 	"github.com/runbox-dev/runbox/internal/runs"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // startTimeout bounds how long create_sandbox_for_project waits for the
@@ -36,14 +35,14 @@ const startTimeout = 90 * time.Second
 const pollInterval = 200 * time.Millisecond
 
 // Store keeps the projects and tells where their runs and sandboxes are
-// (*store.Store). Project returns store.ErrProjectNotFound for one that
+// (*store.Store). Project returns runbox.ErrProjectNotFound for one that
 // does not exist.
 type Store interface {
-	SaveProject(ctx context.Context, p store.Project) error
-	Project(ctx context.Context, cid string) (store.Project, error)
+	SaveProject(ctx context.Context, p runbox.Project) error
+	Project(ctx context.Context, cid string) (runbox.Project, error)
 	SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error
 	Owner(ctx context.Context, cid string) (string, error)
-	Executors(ctx context.Context) ([]store.ExecutorInfo, error)
+	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
 	Executor(ctx context.Context, id string) (string, error)
 }
@@ -133,7 +132,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Created, error) {
 		return Created{}, err
 	}
 	now := s.now()
-	p := store.Project{Conversation: key, Name: in.ProjectName, Template: tpl.Name, Port: tpl.Port, RunID: run.ID,
+	p := runbox.Project{Conversation: key, Name: in.ProjectName, Template: tpl.Name, Port: tpl.Port, RunID: run.ID,
 		CreatedAt: now.UTC(), ExpiresAt: now.Add(s.ttl).UTC()}
 	if err := s.store.SaveProject(ctx, p); err != nil {
 		return Created{}, err
@@ -194,7 +193,7 @@ func (e *UnavailableError) Available() []string { return e.Names }
 
 // awaitServer waits until the project's dev server listens and returns a
 // preview URL for it.
-func (s *Service) awaitServer(ctx context.Context, p store.Project) (preview.URL, error) {
+func (s *Service) awaitServer(ctx context.Context, p runbox.Project) (preview.URL, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	t := time.NewTicker(pollInterval)
@@ -236,18 +235,18 @@ func linkFiles(files []File) []link.File {
 }
 
 // project returns the caller's live project of a sandbox_id.
-func (s *Service) project(ctx context.Context, sandboxID string) (string, store.Project, error) {
+func (s *Service) project(ctx context.Context, sandboxID string) (string, runbox.Project, error) {
 	id, err := checkSandboxID(sandboxID)
 	if err != nil {
-		return "", store.Project{}, err
+		return "", runbox.Project{}, err
 	}
 	key, err := runs.ConversationKey(ctx, id)
 	if err != nil {
-		return "", store.Project{}, notFound(sandboxID)
+		return "", runbox.Project{}, notFound(sandboxID)
 	}
 	p, err := s.store.Project(ctx, key)
-	if errors.Is(err, store.ErrProjectNotFound) {
-		return "", store.Project{}, notFound(sandboxID)
+	if errors.Is(err, runbox.ErrProjectNotFound) {
+		return "", runbox.Project{}, notFound(sandboxID)
 	}
 	return id, p, err
 }
@@ -298,7 +297,7 @@ func (s *Service) Write(ctx context.Context, in WriteInput) (Written, error) {
 
 // executor returns the executor that runs the project's dev server, or
 // that will (its conversation's owner, until the run has started).
-func (s *Service) executor(ctx context.Context, p store.Project) (string, error) {
+func (s *Service) executor(ctx context.Context, p runbox.Project) (string, error) {
 	ex, err := s.store.Executor(ctx, p.RunID)
 	if err != nil || ex != "" {
 		return ex, err
@@ -364,7 +363,7 @@ func (s *Service) Output(ctx context.Context, in OutputInput) (Output, error) {
 // tail returns the project's dev server's stdout (console) or stderr
 // (build): live from its executor while it runs, else as its run
 // recorded it.
-func (s *Service) tail(ctx context.Context, p store.Project, console bool) (text string, dropped, running bool, err error) {
+func (s *Service) tail(ctx context.Context, p runbox.Project, console bool) (text string, dropped, running bool, err error) {
 	executor, err := s.executor(ctx, p)
 	if err != nil {
 		return "", false, false, err

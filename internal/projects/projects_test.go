@@ -185,7 +185,7 @@ func newFixture(t *testing.T) *fixture {
 	hub := stream.NewHub(conn, st, log)
 	t.Cleanup(func() { hub.Close() })
 	ctx := context.Background()
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1", Runners: []runbox.Runner{{Language: "bash"}},
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex1", Runners: []runbox.Runner{{Language: "bash"}},
 		Templates: []runbox.Template{{Name: "react", Port: 3000}, {Name: "node", Port: 3000}}}, time.Hour)
 	rs := runs.NewService(st, hub, queue.NewScheduler(st, queue.NewClient(conn), log),
 		runs.Limits{MaxCodeBytes: 1000, MaxTimeoutSeconds: 60, MaxStdinBytes: 100, MaxWaiting: 4}, log)

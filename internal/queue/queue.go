@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
 	"github.com/runbox-dev/runbox/internal/store"
 )
 

@@ -56,7 +56,7 @@ func (s *Scheduler) EnqueueSpec(ctx context.Context, id string, spec runbox.Spec
 }
 
 // EnqueueFor queues a run for executor, which runs its conversation's
-// live runs (store.Claimed.Elsewhere); spec is the run's, from the claim.
+// live runs (runbox.Claimed.Elsewhere); spec is the run's, from the claim.
 func (s *Scheduler) EnqueueFor(ctx context.Context, id string, spec runbox.Spec, executor string) error {
 	return s.enqueue(ctx, id, spec, executor)
 }
@@ -122,7 +122,7 @@ func (s *Scheduler) sweepParallel(ctx context.Context) {
 	for _, id := range ids {
 		run, err := s.store.Run(ctx, id)
 		switch {
-		case errors.Is(err, store.ErrNotFound) || err == nil && run.Status != runbox.StatusQueued:
+		case errors.Is(err, runbox.ErrRunNotFound) || err == nil && run.Status != runbox.StatusQueued:
 			gone = append(gone, id)
 		case err != nil:
 			s.log.Warn("sweep parallel run", "run", id, "err", err)
@@ -137,10 +137,10 @@ func (s *Scheduler) sweepParallel(ctx context.Context) {
 	}
 }
 
-func (s *Scheduler) sweep(ctx context.Context, h store.Head) error {
+func (s *Scheduler) sweep(ctx context.Context, h runbox.ConversationHead) error {
 	run, err := s.store.Run(ctx, h.Run)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, runbox.ErrRunNotFound):
 	case err != nil:
 		return err
 	case run.Status == runbox.StatusQueued:

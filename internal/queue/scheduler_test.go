@@ -27,7 +27,7 @@ func TestSweepRepairsHandOver(t *testing.T) {
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
 	create := func(id, cid string) {
-		_, _, err := st.CreateRun(ctx, store.NewRun{
+		_, _, err := st.CreateRun(ctx, runbox.NewRun{
 			Run:        runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: old},
 			Spec:       runbox.Spec{Language: "bash", Code: "true", ConversationID: cid, TimeoutSeconds: 5},
 			MaxWaiting: 4,
@@ -71,7 +71,7 @@ func TestSweepReplacesArchivedHead(t *testing.T) {
 	q := NewClient(conn)
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
-	_, _, err := st.CreateRun(ctx, store.NewRun{
+	_, _, err := st.CreateRun(ctx, runbox.NewRun{
 		Run:        runbox.Run{ID: "stuck", ConversationID: "conv", Language: "bash", CreatedAt: time.Now().Add(-time.Minute)},
 		Spec:       runbox.Spec{Language: "bash", Code: "true", ConversationID: "conv", TimeoutSeconds: 5},
 		MaxWaiting: 4,
@@ -144,7 +144,7 @@ func TestEnqueueFollowsOwner(t *testing.T) {
 	sched := NewScheduler(st, q, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	create := func(id, cid string) {
-		_, _, err := st.CreateRun(ctx, store.NewRun{
+		_, _, err := st.CreateRun(ctx, runbox.NewRun{
 			Run:        runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now().Add(-time.Minute)},
 			Spec:       runbox.Spec{Language: "bash", Code: "true", ConversationID: cid, TimeoutSeconds: 5},
 			MaxWaiting: 4,
@@ -153,7 +153,7 @@ func TestEnqueueFollowsOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Heartbeat(ctx, store.ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
+	if err := st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	st.SetOwner(ctx, "owned", "e1", time.Minute)
@@ -196,7 +196,7 @@ func TestSweepEnqueuesParallelRuns(t *testing.T) {
 	sched := NewScheduler(st, NewClient(conn), slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	create := func(id string, at time.Time) {
-		_, _, err := st.CreateRun(ctx, store.NewRun{
+		_, _, err := st.CreateRun(ctx, runbox.NewRun{
 			Run:      runbox.Run{ID: id, ConversationID: "conv", Language: "shell", CreatedAt: at},
 			Spec:     runbox.Spec{Language: "shell", Code: "true", ConversationID: "conv", TimeoutSeconds: 5, Parallel: true},
 			Parallel: true,
@@ -210,11 +210,11 @@ func TestSweepEnqueuesParallelRuns(t *testing.T) {
 	create("lost", old)
 	create("cancelled", old)
 	create("young", time.Now())
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex1"}, time.Minute)
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex1"}, time.Minute)
 	if c, err := st.ClaimFor(ctx, "live", "ex1", time.Minute, 0); err != nil || !c.OK {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	st.Finish(ctx, "cancelled", store.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
+	st.Finish(ctx, "cancelled", runbox.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
 		Result: &runbox.Result{}, Conversation: "conv"})
 
 	sched.Sweep(ctx)

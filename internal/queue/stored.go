@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/runbox-dev/runbox/internal/store"
+	"github.com/runbox-dev/runbox"
 )
 
 // A batch of runs (store.CreateBatch) is enqueued in one script with its
@@ -21,9 +21,9 @@ import (
 
 // SharedQueue is where tasks of the shared queue (Name) are written: a
 // batch's, in one script (store.CreateBatch).
-func (*Scheduler) SharedQueue() store.TaskQueue {
+func (*Scheduler) SharedQueue() runbox.TaskQueue {
 	const prefix = "asynq:{" + Name + "}:"
-	return store.TaskQueue{
+	return runbox.TaskQueue{
 		Name:          Name,
 		TaskKeyPrefix: prefix + "t:",
 		PendingKey:    prefix + "pending",

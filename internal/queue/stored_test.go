@@ -44,8 +44,8 @@ func TestStoredTaskIsAsynqs(t *testing.T) {
 	// A task the store wrote, read and run by asynq.
 	st := store.New(conn)
 	task, _ := sched.StoredTask("run_stored", 30*time.Second)
-	_, _, err = st.CreateBatch(ctx, store.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: sched.SharedQueue(),
-		Runs: []store.BatchRun{{Run: runbox.Run{ID: "run_stored", ConversationID: "~c~conv", Language: "bash"},
+	_, _, err = st.CreateBatch(ctx, runbox.NewBatch{ID: "batch_stored", Client: "c", CreatedAt: time.Now(), Queue: sched.SharedQueue(),
+		Runs: []runbox.BatchRun{{Run: runbox.Run{ID: "run_stored", ConversationID: "~c~conv", Language: "bash"},
 			Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: "~c~conv"}, Task: task}}})
 	if err != nil {
 		t.Fatal(err)

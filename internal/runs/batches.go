@@ -10,7 +10,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // A batch is many runs submitted at once, for back ends and agents that
@@ -58,7 +57,7 @@ const minWindow = 64
 var batchIDPattern = regexp.MustCompile(`^batch_[0-9a-f]{24}$`)
 
 // ErrBatchNotFound reports a batch that is not the caller's, or none.
-var ErrBatchNotFound = store.ErrBatchNotFound
+var ErrBatchNotFound = runbox.ErrBatchNotFound
 
 // SubmitBatch checks a batch as a whole and records and enqueues it. An
 // idempotency key the client used before returns that batch.
@@ -89,7 +88,7 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	}
 	slices.Sort(names)
 	now := time.Now().UTC()
-	nb := store.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
+	nb := runbox.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
 		IdempotencyKey: req.IdempotencyKey, Window: batchWindow(ctx, infos)}
 	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
@@ -141,16 +140,16 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 
 // checkedCallback is a callback URL as checked, once per batch.
 type checkedCallback struct {
-	cb  store.Callback
+	cb  runbox.Callback
 	err error
 }
 
 // batchRun checks a run of a batch as Submit checks a run, with what the
 // batch has read once: the languages the executors offer, the callbacks
 // checked so far.
-func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, callbacks map[string]checkedCallback, now time.Time) (store.BatchRun, error) {
+func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, callbacks map[string]checkedCallback, now time.Time) (runbox.BatchRun, error) {
 	if r.IdempotencyKey != "" {
-		return store.BatchRun{}, runbox.Errorf(runbox.EInvalid, "idempotency_key: a batch takes one of its own, not one per run")
+		return runbox.BatchRun{}, runbox.Errorf(runbox.EInvalid, "idempotency_key: a batch takes one of its own, not one per run")
 	}
 	spec := r.Spec()
 	var err error
@@ -160,24 +159,24 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 		err = tierTimeout(ctx, &spec)
 	}
 	if err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
 	if spec, err = s.normalize(spec); err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
 	if err := s.AdmitEgress(ctx, &spec); err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
 	if err := s.AdmitSecrets(ctx, &spec); err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
 	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
 	if spec.Language, err = languageIn(names, spec.Language); err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
-	var cb store.Callback
+	var cb runbox.Callback
 	if url := spec.CallbackURL; url != "" {
 		checked, ok := callbacks[url]
 		if !ok {
@@ -185,16 +184,16 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 			callbacks[url] = checked
 		}
 		if checked.err != nil {
-			return store.BatchRun{}, checked.err
+			return runbox.BatchRun{}, checked.err
 		}
 		cb = checked.cb
 	}
 	id := "run_" + randomHex(12)
 	task, err := s.sched.StoredTask(id, spec.Timeout())
 	if err != nil {
-		return store.BatchRun{}, err
+		return runbox.BatchRun{}, err
 	}
-	return store.BatchRun{
+	return runbox.BatchRun{
 		Run: runbox.Run{ID: id, ConversationID: spec.ConversationID, Language: spec.Language, Status: runbox.StatusQueued,
 			Interactive: spec.Interactive, CreatedAt: now},
 		Spec: spec, Task: task, Callback: cb,
@@ -240,7 +239,7 @@ func (s *Service) admitBatch(ctx context.Context, keys []string) error {
 // batch's may join: its tier's concurrent_runs; without one, twice the
 // slots of the live executors (at least minWindow), which keeps them busy
 // while a large batch waits in order rather than filling asynq's queue.
-func batchWindow(ctx context.Context, infos []store.ExecutorInfo) int {
+func batchWindow(ctx context.Context, infos []runbox.ExecutorInfo) int {
 	if n := auth.Tier(ctx).ConcurrentRuns; n > 0 {
 		return n
 	}
@@ -252,16 +251,16 @@ func batchWindow(ctx context.Context, infos []store.ExecutorInfo) int {
 }
 
 // batch returns the record of a batch of the caller's.
-func (s *Service) batch(ctx context.Context, id string) (store.BatchRecord, error) {
+func (s *Service) batch(ctx context.Context, id string) (runbox.BatchRecord, error) {
 	if !batchIDPattern.MatchString(id) {
-		return store.BatchRecord{}, ErrBatchNotFound
+		return runbox.BatchRecord{}, ErrBatchNotFound
 	}
 	rec, err := s.store.Batch(ctx, id)
 	if err != nil {
-		return store.BatchRecord{}, err
+		return runbox.BatchRecord{}, err
 	}
 	if rec.Client != client(ctx) {
-		return store.BatchRecord{}, ErrBatchNotFound
+		return runbox.BatchRecord{}, ErrBatchNotFound
 	}
 	return rec, nil
 }

@@ -34,14 +34,14 @@ var _ redis.Hook = (*roundTrips)(nil)
 // callbacks accepts callbacks to https://ok.example/ only.
 type callbacks struct{}
 
-func (callbacks) Callback(_ context.Context, _, url string, fallback bool) (store.Callback, error) {
+func (callbacks) Callback(_ context.Context, _, url string, fallback bool) (runbox.Callback, error) {
 	switch {
 	case url == "" && fallback:
-		return store.Callback{URL: "https://default.example/"}, nil
+		return runbox.Callback{URL: "https://default.example/"}, nil
 	case url == "" || url == "https://ok.example/":
-		return store.Callback{URL: url}, nil
+		return runbox.Callback{URL: url}, nil
 	}
-	return store.Callback{}, runbox.Errorf(runbox.EInvalid, "callback_url: %s is not allowed", url)
+	return runbox.Callback{}, runbox.Errorf(runbox.EInvalid, "callback_url: %s is not allowed", url)
 }
 
 func (callbacks) Admit(context.Context, string, int) error { return nil }
@@ -60,7 +60,7 @@ func asClient(name string, tier clients.Tier) context.Context {
 
 func withExecutor(t *testing.T, st *store.Store) {
 	t.Helper()
-	if err := st.Heartbeat(context.Background(), store.ExecutorInfo{ID: "ex", Concurrency: 2,
+	if err := st.Heartbeat(context.Background(), runbox.ExecutorInfo{ID: "ex", Concurrency: 2,
 		Runners: []runbox.Runner{{Language: "bash"}, {Language: "python"}}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestBatchConcurrency(t *testing.T) {
 	if ok, err := st.Claim(ctx, first, "ex", time.Minute); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	st.Finish(ctx, first, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
+	st.Finish(ctx, first, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
 		Result: &runbox.Result{}, Conversation: key})
 	// (No worker here: the ended run's task is still pending too.)
 	if n := pending(); n != 4 {

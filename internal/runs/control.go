@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 const (
@@ -80,7 +79,7 @@ func (s *Service) cancel(ctx context.Context, id string, graceful bool) (runbox.
 func (s *Service) endQueued(ctx context.Context, run runbox.Run) (runbox.Status, error) {
 	res := &runbox.Result{RunID: run.ID, ConversationID: run.ConversationID, ExitCode: -1, Cancelled: true,
 		Files: []runbox.FileInfo{}, Artifacts: []runbox.FileInfo{}}
-	a, err := s.store.Finish(ctx, run.ID, store.Ending{
+	a, err := s.store.Finish(ctx, run.ID, runbox.Ending{
 		From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled, Result: res,
 		Events: []runbox.Event{{TS: time.Now(), Type: runbox.EventCancelled}}, Conversation: run.ConversationID,
 	})
@@ -113,8 +112,8 @@ func (s *Service) SendStdin(ctx context.Context, id, data string, eof bool) erro
 		return runbox.Errorf(runbox.EInvalid, "nothing to send: give data, eof, or both")
 	}
 	err = s.store.SendStdin(ctx, id, []byte(data), eof)
-	if errors.Is(err, store.ErrInputFull) {
-		return runbox.Errorf(runbox.EBusy, "the run holds %d bytes of input its program has not read yet; send more once it has", store.MaxQueuedStdin)
+	if errors.Is(err, runbox.ErrInputFull) {
+		return runbox.Errorf(runbox.EBusy, "the run holds %d bytes of input its program has not read yet; send more once it has", runbox.MaxQueuedStdin)
 	}
 	return err
 }

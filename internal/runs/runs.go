@@ -145,7 +145,7 @@ type Service struct {
 type Callbacks interface {
 	// Callback checks url as client's callback, or with url empty and
 	// fallback set, gives the client's default; zero: none.
-	Callback(ctx context.Context, client, url string, fallback bool) (store.Callback, error)
+	Callback(ctx context.Context, client, url string, fallback bool) (runbox.Callback, error)
 	// Admit refuses n more webhooks of client past its bound.
 	Admit(ctx context.Context, client string, n int) error
 }
@@ -159,7 +159,7 @@ type Scheduler interface {
 	EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error
 	// SharedQueue is where a batch's tasks are written (store.CreateBatch);
 	// StoredTask a run's task there, as the queue stores it.
-	SharedQueue() store.TaskQueue
+	SharedQueue() runbox.TaskQueue
 	StoredTask(runID string, timeout time.Duration) ([]byte, error)
 }
 
@@ -302,18 +302,18 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 
 // callback checks where a run's webhooks go: url, or with url empty and
 // fallback set, the client's default.
-func (s *Service) callback(ctx context.Context, url string, fallback bool) (store.Callback, error) {
+func (s *Service) callback(ctx context.Context, url string, fallback bool) (runbox.Callback, error) {
 	if s.Callbacks == nil {
 		if url != "" {
-			return store.Callback{}, runbox.Errorf(runbox.EUnavailable, "callback_url: webhooks are not served here")
+			return runbox.Callback{}, runbox.Errorf(runbox.EUnavailable, "callback_url: webhooks are not served here")
 		}
-		return store.Callback{}, nil
+		return runbox.Callback{}, nil
 	}
 	return s.Callbacks.Callback(ctx, client(ctx), url, fallback)
 }
 
 // webhooksOf is how many webhooks a run with cb may write.
-func webhooksOf(cb store.Callback) int {
+func webhooksOf(cb runbox.Callback) int {
 	switch {
 	case cb.URL == "":
 		return 0
@@ -333,7 +333,7 @@ func (s *Service) admitWebhooks(ctx context.Context, n int) error {
 
 // enqueue records a checked run as queued and enqueues it, or lets it
 // wait behind the runs of its conversation; cb is where its webhooks go.
-func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string, cb store.Callback) (runbox.Run, error) {
+func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey string, cb runbox.Callback) (runbox.Run, error) {
 	run := runbox.Run{
 		ID:             "run_" + randomHex(12),
 		ConversationID: spec.ConversationID,
@@ -344,7 +344,7 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	}
 	// Recorded (with its queued event) before it is enqueued, so that the
 	// executor's started event can never come first.
-	adm, id, err := s.store.CreateRun(ctx, store.NewRun{
+	adm, id, err := s.store.CreateRun(ctx, runbox.NewRun{
 		Run: run, Spec: spec, Client: auth.Client(ctx), IdempotencyKey: idempotencyKey, MaxWaiting: s.limits.MaxWaiting,
 		Parallel: spec.Parallel, Callback: cb,
 	})
@@ -353,9 +353,9 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	}
 	s.Metrics.Run(client(ctx))
 	switch adm {
-	case store.Exists:
+	case runbox.AdmitExists:
 		return s.Get(ctx, id)
-	case store.Enqueue:
+	case runbox.AdmitEnqueue:
 		if err := s.sched.EnqueueSpec(ctx, id, spec); err != nil {
 			// Recorded as its conversation's head: the sweep enqueues it.
 			s.log.Warn("enqueue run; the sweep will", "run", id, "err", err)
@@ -403,14 +403,14 @@ func (s *Service) Get(ctx context.Context, id string) (runbox.Run, error) {
 // get returns the record of a run of the caller's, as stored.
 func (s *Service) get(ctx context.Context, id string) (runbox.Run, error) {
 	if !validRunID(id) {
-		return runbox.Run{}, store.ErrNotFound
+		return runbox.Run{}, runbox.ErrRunNotFound
 	}
 	run, err := s.store.Run(ctx, id)
 	if err != nil {
 		return runbox.Run{}, err
 	}
 	if !owns(ctx, run.ConversationID) {
-		return runbox.Run{}, store.ErrNotFound
+		return runbox.Run{}, runbox.ErrRunNotFound
 	}
 	return run, nil
 }

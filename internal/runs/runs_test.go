@@ -89,18 +89,18 @@ func TestSubmit(t *testing.T) {
 	if _, err := s.Submit(ctx, spec, ""); runbox.ErrorCode(err) != runbox.EUnavailable {
 		t.Fatalf("with no executor: %v, want unavailable", err)
 	}
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}}, time.Minute)
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}}, time.Minute)
 	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}, ""); runbox.ErrorCode(err) != runbox.EUnknownLanguage ||
 		!strings.Contains(runbox.ErrorMessage(err), "available: python") {
 		t.Fatalf("unknown language: %v", err)
 	}
 	// JavaScript runs on the TypeScript runner where no executor offers
 	// its own, and on its own where one does.
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ts", Runners: []runbox.Runner{{Language: "typescript"}}}, time.Minute)
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ts", Runners: []runbox.Runner{{Language: "typescript"}}}, time.Minute)
 	if r, err := s.Submit(ctx, runbox.Spec{Language: "js", Code: "x"}, ""); err != nil || r.Language != "typescript" {
 		t.Fatalf("javascript without its runner: %+v, %v", r, err)
 	}
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "js", Runners: []runbox.Runner{{Language: "javascript"}}}, time.Minute)
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "js", Runners: []runbox.Runner{{Language: "javascript"}}}, time.Minute)
 	if r, err := s.Submit(ctx, runbox.Spec{Language: "javascript", Code: "x"}, ""); err != nil || r.Language != "javascript" {
 		t.Fatalf("javascript with its runner: %+v, %v", r, err)
 	}
@@ -131,7 +131,7 @@ func TestSubmit(t *testing.T) {
 	go func() {
 		st.Claim(ctx, run.ID, "ex", time.Minute)
 		st.Append(ctx, run.ID, runbox.Event{Type: runbox.EventStdout, Data: "1\n"})
-		st.Finish(ctx, run.ID, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+		st.Finish(ctx, run.ID, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 			Status: runbox.StatusSucceeded, Result: &runbox.Result{Success: true, Stdout: "1\n", RunID: run.ID}, Conversation: run.ConversationID})
 	}()
 	var types []string
@@ -152,7 +152,7 @@ func TestMaxSessions(t *testing.T) {
 	s.limits.MaxSessions = 2
 	ctx := context.Background()
 	beat := func(n int) {
-		st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}, Conversations: n}, time.Minute)
+		st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}}, Conversations: n}, time.Minute)
 	}
 	beat(1)
 	if _, err := s.Submit(ctx, runbox.Spec{Language: "python", Code: "x", ConversationID: "held"}, ""); err != nil {
@@ -176,7 +176,7 @@ func TestMaxSessions(t *testing.T) {
 func TestSessionScope(t *testing.T) {
 	s, st, _ := newService(t)
 	ctx := auth.WithClient(context.Background(), clients.Client{Name: "alice"})
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "shell"}, {Language: "bash"}}}, time.Minute)
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "shell"}, {Language: "bash"}}}, time.Minute)
 	a := sessions.Ref{Client: "alice", ID: strings.Repeat("A", 26)}
 	b := sessions.Ref{Client: "alice", ID: strings.Repeat("B", 26)}
 	inA, inB, outside := sessions.With(ctx, a), sessions.With(ctx, b), ctx

@@ -6,7 +6,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // TemplateStart is the program of a project's run: every template image
@@ -32,7 +31,7 @@ func (s *Service) SubmitTemplate(ctx context.Context, key string, t runbox.Templ
 	return s.enqueue(ctx, runbox.Spec{
 		Language: runbox.TemplateLanguage(t.Name), Code: TemplateStart, ConversationID: key,
 		TimeoutSeconds: timeout, Background: true, Detach: true,
-	}, "", store.Callback{})
+	}, "", runbox.Callback{})
 }
 
 // MaxBackground bounds a background run however busy it is: a server

@@ -8,7 +8,6 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // TestBackground: a background run detaches, and is bounded by what its
@@ -16,7 +15,7 @@ import (
 func TestBackground(t *testing.T) {
 	s, st, _ := newService(t)
 	ctx := context.Background()
-	st.Heartbeat(ctx, store.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}},
+	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}},
 		Templates: []runbox.Template{{Name: "react", Port: 3000}}}, time.Minute)
 	free := auth.WithClient(ctx, clients.Client{Name: "trial", Tier: clients.Tier{RunSecondsPerDay: 100, MaxTimeoutSeconds: 5}})
 	for _, tc := range []struct {

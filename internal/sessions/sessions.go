@@ -24,12 +24,11 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Ref names a session: its client's, by its id ("" for the client's
 // calls outside any session).
-type Ref = store.SessionRef
+type Ref = runbox.SessionRef
 
 // Conversation is the conversation whose folder a session's executions
 // share (/data).

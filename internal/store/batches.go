@@ -45,44 +45,6 @@ const gatesKey = prefix + "gates"
 // releaseMax bounds the runs one release lets in.
 const releaseMax = 1000
 
-// TaskQueue is where asynq keeps the tasks of a queue (queue.Shared):
-// the store writes a batch's tasks there itself, in the script that
-// records the batch.
-type TaskQueue struct {
-	Name          string
-	TaskKeyPrefix string // a task's hash is this and its id
-	PendingKey    string
-	QueuesKey     string // the set of queue names
-}
-
-// BatchRun is a run of a new batch.
-type BatchRun struct {
-	// Run is its record: ID, ConversationID (a conversation key),
-	// Language, Interactive.
-	Run  runbox.Run
-	Spec runbox.Spec
-	// Task is its task as asynq stores it (queue.Scheduler.StoredTask).
-	Task     []byte
-	Callback Callback
-}
-
-// NewBatch is a batch to record.
-type NewBatch struct {
-	ID        string
-	Client    string
-	CreatedAt time.Time
-	Runs      []BatchRun
-	// Callback is where the batch's end is told; "" nowhere.
-	Callback string
-	// IdempotencyKey, when the client used it before, returns that batch
-	// instead of a new one.
-	IdempotencyKey string
-	// Window bounds the client's runs queued or running at once that the
-	// batch's runs may join; 0 does not.
-	Window int
-	Queue  TaskQueue
-}
-
 // admitLua defines admit(): a run joins its client's runs queued or
 // running and its conversation — as its head, its task written where
 // asynq keeps it and announced to idle executors (as store.Wake does), or
@@ -198,14 +160,11 @@ if ARGV[14] ~= '' then redis.call('SET', KEYS[8], ARGV[1], 'EX', ttl) end
 return {'created', ARGV[1], tostring(admitted)}
 `)
 
-// ErrBatchNotFound reports a batch that does not exist (or has expired).
-var ErrBatchNotFound = runbox.Errorf(runbox.ENotFound, "no such batch")
-
 // CreateBatch records a batch and its runs, admits what its window
 // leaves room for and enqueues those that head their conversations, in
 // one script. It returns the batch's id: an earlier batch's, with created
 // false, when the idempotency key was used before.
-func (s *Store) CreateBatch(ctx context.Context, nb NewBatch) (string, bool, error) {
+func (s *Store) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, bool, error) {
 	ev, err := eventBody(runbox.Event{TS: nb.CreatedAt, Type: runbox.EventQueued})
 	if err != nil {
 		return "", false, err
@@ -354,27 +313,17 @@ local function batchEnded(p, batch, from, to, now, ttl)
 end
 `
 
-// BatchRecord is a batch's record.
-type BatchRecord struct {
-	runbox.Batch
-	Client   string
-	Callback string
-	// Cancelling says that the batch was asked to stop: its waiting runs
-	// are not let in.
-	Cancelling bool
-}
-
 // Batch returns a batch's record.
-func (s *Store) Batch(ctx context.Context, id string) (BatchRecord, error) {
+func (s *Store) Batch(ctx context.Context, id string) (runbox.BatchRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, batchKey(id)).Result()
 	if err != nil {
-		return BatchRecord{}, fmt.Errorf("read batch %s: %w", id, err)
+		return runbox.BatchRecord{}, fmt.Errorf("read batch %s: %w", id, err)
 	}
 	if m["id"] == "" {
-		return BatchRecord{}, ErrBatchNotFound
+		return runbox.BatchRecord{}, runbox.ErrBatchNotFound
 	}
 	n := func(f string) int { v, _ := strconv.Atoi(m[f]); return v }
-	b := BatchRecord{
+	b := runbox.BatchRecord{
 		Batch: runbox.Batch{ID: m["id"], Total: n("total"), Running: n("running"), Succeeded: n("succeeded"),
 			Failed: n("failed"), Cancelled: n("cancelled"), CreatedAt: msTime(m["created"]), FinishedAt: msTime(m["finished"])},
 		Client: m["client"], Callback: m["callback"], Cancelling: m["cancelling"] == "1",
@@ -407,7 +356,7 @@ func (s *Store) RunsOf(ctx context.Context, ids []string) ([]runbox.Run, error) 
 	out := make([]runbox.Run, 0, len(ids))
 	for _, c := range cmds {
 		run, err := parseRun(c.Val())
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, runbox.ErrRunNotFound) {
 			continue
 		}
 		if err != nil {
@@ -426,7 +375,7 @@ func (s *Store) CancellingBatch(ctx context.Context, id string) error {
 		return fmt.Errorf("cancel batch %s: %w", id, err)
 	}
 	if n == 0 {
-		return ErrBatchNotFound
+		return runbox.ErrBatchNotFound
 	}
 	if err := s.rdb.HSet(ctx, batchKey(id), "cancelling", "1").Err(); err != nil {
 		return fmt.Errorf("cancel batch %s: %w", id, err)

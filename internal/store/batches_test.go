@@ -12,14 +12,14 @@ import (
 
 // testQueue is where the tests' batches write their tasks (asynq's layout
 // is queue.Shared's, checked in internal/queue).
-var testQueue = TaskQueue{Name: "runs", TaskKeyPrefix: "asynq:{runs}:t:", PendingKey: "asynq:{runs}:pending", QueuesKey: "asynq:queues"}
+var testQueue = runbox.TaskQueue{Name: "runs", TaskKeyPrefix: "asynq:{runs}:t:", PendingKey: "asynq:{runs}:pending", QueuesKey: "asynq:queues"}
 
-func testBatch(id, client string, n int, window int) NewBatch {
-	nb := NewBatch{ID: id, Client: client, CreatedAt: time.Now(), Window: window, Queue: testQueue}
+func testBatch(id, client string, n int, window int) runbox.NewBatch {
+	nb := runbox.NewBatch{ID: id, Client: client, CreatedAt: time.Now(), Window: window, Queue: testQueue}
 	for i := range n {
 		rid := fmt.Sprintf("run_%s_%d", id, i)
 		cid := fmt.Sprintf("~%s~c%d", client, i)
-		nb.Runs = append(nb.Runs, BatchRun{
+		nb.Runs = append(nb.Runs, runbox.BatchRun{
 			Run:  runbox.Run{ID: rid, ConversationID: cid, Language: "bash"},
 			Spec: runbox.Spec{Language: "bash", Code: "echo " + rid, ConversationID: cid},
 			Task: []byte("task of " + rid),
@@ -103,7 +103,7 @@ func TestBatchWindowAndCounts(t *testing.T) {
 		}
 
 		// A waiting run cancelled is counted, and never let in.
-		if _, err := s.Finish(ctx, ids[3], Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
+		if _, err := s.Finish(ctx, ids[3], runbox.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
 			Result: &runbox.Result{Cancelled: true}, Conversation: nb.Runs[3].Run.ConversationID}); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestBatchWindowAndCounts(t *testing.T) {
 			t.Fatalf("outbox before the batch ended: %v", out)
 		}
 		for _, i := range []int{2, 4} {
-			if _, err := s.Finish(ctx, ids[i], Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusTimedOut,
+			if _, err := s.Finish(ctx, ids[i], runbox.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusTimedOut,
 				Result: &runbox.Result{}, Conversation: nb.Runs[i].Run.ConversationID}); err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestBatchWindowAndCounts(t *testing.T) {
 			t.Fatalf("at the end: %+v", b)
 		}
 		// Its webhook is in the outbox.
-		want := WebhookID(id, runbox.WebhookBatchCompleted)
+		want := runbox.WebhookID(id, runbox.WebhookBatchCompleted)
 		if out, _ := s.Outbox(ctx, 10); !slices.Equal(out, []string{want}) {
 			t.Fatalf("outbox = %v; want %s", out, want)
 		}
@@ -177,7 +177,7 @@ func TestBatchGateOrder(t *testing.T) {
 		if m, _ := s.rdb.SIsMember(ctx, gatesKey, "bob").Result(); m {
 			t.Error("bob's gate is empty and still listed")
 		}
-		if err := s.CancellingBatch(ctx, "batch_none"); err != ErrBatchNotFound {
+		if err := s.CancellingBatch(ctx, "batch_none"); err != runbox.ErrBatchNotFound {
 			t.Errorf("CancellingBatch of nothing: %v", err)
 		}
 	})
@@ -198,7 +198,7 @@ func TestBatchIdempotency(t *testing.T) {
 		if err != nil || created || id != "batch_k1" {
 			t.Fatalf("CreateBatch with a used key = %q, %v, %v", id, created, err)
 		}
-		if _, err := s.Run(ctx, "run_batch_k2_0"); err != ErrNotFound {
+		if _, err := s.Run(ctx, "run_batch_k2_0"); err != runbox.ErrRunNotFound {
 			t.Fatalf("a run of the refused batch was recorded: %v", err)
 		}
 	})

@@ -12,15 +12,9 @@ import (
 	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
-// Head is a conversation and the run that heads it.
-type Head struct {
-	Conversation string
-	Run          string
-}
-
 // Heads returns the conversations that have a head, and their heads.
-func (s *Store) Heads(ctx context.Context) ([]Head, error) {
-	var heads []Head
+func (s *Store) Heads(ctx context.Context) ([]runbox.ConversationHead, error) {
+	var heads []runbox.ConversationHead
 	iter := s.rdb.SScan(ctx, busyConvsKey, 0, "", 200).Iterator()
 	for iter.Next(ctx) {
 		cid := iter.Val()
@@ -33,7 +27,7 @@ func (s *Store) Heads(ctx context.Context) ([]Head, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read conversation heads: %w", err)
 		}
-		heads = append(heads, Head{Conversation: cid, Run: run})
+		heads = append(heads, runbox.ConversationHead{Conversation: cid, Run: run})
 	}
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("read conversation heads: %w", err)
@@ -43,7 +37,7 @@ func (s *Store) Heads(ctx context.Context) ([]Head, error) {
 
 // Advance moves a conversation past head, which ended, and returns the run
 // that heads it now ("" if none). It does nothing if head is not the head.
-func (s *Store) Advance(ctx context.Context, h Head) (string, error) {
+func (s *Store) Advance(ctx context.Context, h runbox.ConversationHead) (string, error) {
 	next, err := advanceScript.Run(ctx, s.rdb, []string{
 		conversationHeadKey(h.Conversation), conversationPendingKey(h.Conversation), busyConvsKey,
 	}, h.Run, h.Conversation).Text()
@@ -74,7 +68,7 @@ func (s *Store) RunsWhere(ctx context.Context, client, cid string, n int, keep f
 		}
 		for _, id := range ids {
 			run, err := s.Run(ctx, id)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, runbox.ErrRunNotFound) {
 				continue // expired
 			}
 			if err != nil {
@@ -93,13 +87,6 @@ func (s *Store) RunsWhere(ctx context.Context, client, cid string, n int, keep f
 		}
 	}
 	return runs, nil
-}
-
-// CancelRequest is a client's cancellation of a run: kill it, or ask its
-// program to stop first (Graceful).
-type CancelRequest struct {
-	ID       string
-	Graceful bool
 }
 
 // Values of a run's cancel flag; a graceful request's message carries
@@ -127,13 +114,13 @@ func (s *Store) RequestCancel(ctx context.Context, id string, graceful bool) err
 }
 
 // ParseCancel reads a message of SubscribeCancels.
-func ParseCancel(msg string) CancelRequest {
+func ParseCancel(msg string) runbox.CancelRequest {
 	id, graceful := strings.CutSuffix(msg, termSuffix)
-	return CancelRequest{ID: id, Graceful: graceful}
+	return runbox.CancelRequest{ID: id, Graceful: graceful}
 }
 
 // CancelRequested reports which of ids were flagged for cancellation.
-func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]CancelRequest, error) {
+func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]runbox.CancelRequest, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
@@ -142,10 +129,10 @@ func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]CancelReq
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read cancel flags: %w", err)
 	}
-	var out []CancelRequest
+	var out []runbox.CancelRequest
 	for i, c := range cmds {
 		if v := c.Val(); v == cancelKill || v == cancelTerm {
-			out = append(out, CancelRequest{ID: ids[i], Graceful: v == cancelTerm})
+			out = append(out, runbox.CancelRequest{ID: ids[i], Graceful: v == cancelTerm})
 		}
 	}
 	return out, nil

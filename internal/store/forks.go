@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // Forks (conversations.Service.Fork) make conversations several at a time:
@@ -14,28 +16,16 @@ import (
 // an hour (AllowConversations) and claimed together, before anything is
 // copied.
 
-// Mark is what a conversation looks like at a moment, to tell whether it
-// changed while it was being forked.
-type Mark struct {
-	Known   bool   // used (a run, an upload) within the retention
-	Busy    bool   // a run queued or running
-	LastRun string // its newest run
-	// Files is the version of its files in a remote file store (0 with
-	// the host folder, whose writers a fork locks out).
-	Files int64
-}
-
-// Mark reads the mark of the conversation key cid.
-func (s *Store) Mark(ctx context.Context, cid string) (Mark, error) {
+func (s *Store) Mark(ctx context.Context, cid string) (runbox.Mark, error) {
 	pipe := s.rdb.Pipeline()
 	known := pipe.Exists(ctx, knownConvKey(cid))
 	busy := pipe.Exists(ctx, conversationHeadKey(cid), conversationLiveKey(cid))
 	last := pipe.ZRevRange(ctx, conversationRunsKey(cid), 0, 0)
 	files := pipe.Get(ctx, filesVersionKey(cid))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Mark{}, fmt.Errorf("read conversation %s: %w", cid, err)
+		return runbox.Mark{}, fmt.Errorf("read conversation %s: %w", cid, err)
 	}
-	m := Mark{Known: known.Val() > 0, Busy: busy.Val() > 0}
+	m := runbox.Mark{Known: known.Val() > 0, Busy: busy.Val() > 0}
 	if ids := last.Val(); len(ids) > 0 {
 		m.LastRun = ids[0]
 	}

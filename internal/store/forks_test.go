@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/runbox-dev/runbox"
 )
 
 func TestClaimConversations(t *testing.T) {
@@ -38,7 +40,7 @@ func TestClaimConversations(t *testing.T) {
 func TestMark(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		if m, err := s.Mark(ctx, "c-r1"); err != nil || m != (Mark{}) {
+		if m, err := s.Mark(ctx, "c-r1"); err != nil || m != (runbox.Mark{}) {
 			t.Fatalf("unused conversation: %+v, %v", m, err)
 		}
 		newRun(t, s, "r1")

@@ -10,9 +10,9 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-func newParallelRun(t *testing.T, s *Store, id, cid string) Admission {
+func newParallelRun(t *testing.T, s *Store, id, cid string) runbox.Admission {
 	t.Helper()
-	adm, _, err := s.CreateRun(context.Background(), NewRun{
+	adm, _, err := s.CreateRun(context.Background(), runbox.NewRun{
 		Run:        runbox.Run{ID: id, ConversationID: cid, Language: "shell", CreatedAt: time.Now()},
 		Spec:       runbox.Spec{Language: "shell", Code: "echo " + id, ConversationID: cid, Parallel: true},
 		MaxWaiting: 1,
@@ -34,7 +34,7 @@ func TestParallelRuns(t *testing.T) {
 		newRunIn(t, s, "head", "conv")
 		newRunIn(t, s, "waiting", "conv")
 		for _, id := range []string{"p1", "p2", "p3"} {
-			if adm := newParallelRun(t, s, id, "conv"); adm != Enqueue {
+			if adm := newParallelRun(t, s, id, "conv"); adm != runbox.AdmitEnqueue {
 				t.Fatalf("parallel run %s: %v, want Enqueue", id, adm)
 			}
 		}
@@ -122,7 +122,7 @@ func TestAffinity(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		for _, ex := range []string{"ex1", "ex2"} {
-			if err := s.Heartbeat(ctx, ExecutorInfo{ID: ex}, time.Minute); err != nil {
+			if err := s.Heartbeat(ctx, runbox.ExecutorInfo{ID: ex}, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}

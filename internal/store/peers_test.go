@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // TestBeats: an executor's heartbeat expiry moves forward with each beat;
@@ -13,13 +15,13 @@ import (
 func TestBeats(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		s.Heartbeat(ctx, ExecutorInfo{ID: "a"}, time.Minute)
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "a"}, time.Minute)
 		first, err := s.Beats(ctx, "a", "never")
 		if err != nil || first["a"] == 0 || first["never"] != 0 {
 			t.Fatalf("beats = %v, %v", first, err)
 		}
 		time.Sleep(5 * time.Millisecond)
-		s.Heartbeat(ctx, ExecutorInfo{ID: "a"}, time.Minute)
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "a"}, time.Minute)
 		if next, err := s.Beats(ctx, "a"); err != nil || next["a"] <= first["a"] {
 			t.Errorf("after a beat: %v (before %v), %v", next, first, err)
 		}
@@ -36,7 +38,7 @@ func TestReleaseDead(t *testing.T) {
 			newRun(t, s, id)
 		}
 		for _, ex := range []string{"dead", "live", "back"} {
-			s.Heartbeat(ctx, ExecutorInfo{ID: ex}, time.Minute)
+			s.Heartbeat(ctx, runbox.ExecutorInfo{ID: ex}, time.Minute)
 		}
 		s.Claim(ctx, "dead-1", "dead", time.Hour)
 		s.Claim(ctx, "dead-2", "dead", time.Hour)
@@ -47,7 +49,7 @@ func TestReleaseDead(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
-		s.Heartbeat(ctx, ExecutorInfo{ID: "back"}, time.Minute) // restarted
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "back"}, time.Minute) // restarted
 
 		released, ids, err := s.ReleaseDead(ctx, "dead", seen["dead"])
 		if err != nil || !released || fmt.Sprint(ids) != "[dead-1 dead-2]" {

@@ -13,25 +13,9 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-// Project is a conversation running a template's dev server: the security
-// gateway's sandbox (create_sandbox_for_project). Its record lives until
-// it expires; the janitor then closes the conversation.
-type Project struct {
-	Conversation string    `json:"conversation"` // key
-	Name         string    `json:"name"`
-	Template     string    `json:"template"`
-	Port         int       `json:"port"`
-	RunID        string    `json:"run_id"`
-	CreatedAt    time.Time `json:"created_at"`
-	ExpiresAt    time.Time `json:"expires_at"`
-}
-
-// ErrProjectNotFound reports a project that does not exist or expired.
-var ErrProjectNotFound = runbox.Errorf(runbox.ENotFound, "no such project")
-
 // SaveProject records p until it expires, and when it does, for the
 // janitor (a day after, should the janitor be late).
-func (s *Store) SaveProject(ctx context.Context, p Project) error {
+func (s *Store) SaveProject(ctx context.Context, p runbox.Project) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -46,11 +30,11 @@ func (s *Store) SaveProject(ctx context.Context, p Project) error {
 }
 
 // Project returns the live project of a conversation (its key).
-func (s *Store) Project(ctx context.Context, cid string) (Project, error) {
-	var p Project
+func (s *Store) Project(ctx context.Context, cid string) (runbox.Project, error) {
+	var p runbox.Project
 	b, err := s.rdb.Get(ctx, projectKey(cid)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return p, ErrProjectNotFound
+		return p, runbox.ErrProjectNotFound
 	}
 	if err != nil {
 		return p, fmt.Errorf("read project: %w", err)

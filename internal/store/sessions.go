@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
@@ -53,13 +54,8 @@ const (
 	maxSessionExecutions = 500
 )
 
-// SessionRef names a session.
-type SessionRef struct {
-	Client, ID string
-}
-
 // OpenSession records a new session, used now.
-func (s *Store) OpenSession(ctx context.Context, ref SessionRef, ttl time.Duration) error {
+func (s *Store) OpenSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) error {
 	now := s.now()
 	pipe := s.rdb.TxPipeline()
 	pipe.HSet(ctx, sessionKey(ref.Client, ref.ID), "created", now.UnixMilli())
@@ -76,7 +72,7 @@ func (s *Store) OpenSession(ctx context.Context, ref SessionRef, ttl time.Durati
 func safetyTTL(ttl time.Duration) time.Duration { return 2*ttl + time.Hour }
 
 // TouchSession marks a session used now and reports whether it exists.
-func (s *Store) TouchSession(ctx context.Context, ref SessionRef, ttl time.Duration) (bool, error) {
+func (s *Store) TouchSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) (bool, error) {
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Expire(ctx, sessionKey(ref.Client, ref.ID), safetyTTL(ttl))
 	pipe.ZAddXX(ctx, sessionsIdleKey, redis.Z{Score: float64(s.now().UnixMilli()), Member: sessionMember(ref.Client, ref.ID)})
@@ -88,17 +84,17 @@ func (s *Store) TouchSession(ctx context.Context, ref SessionRef, ttl time.Durat
 
 // EndSession forgets a session and its executions' places; it reports
 // whether the session existed. Its runs are the caller's to cancel.
-func (s *Store) EndSession(ctx context.Context, ref SessionRef) (bool, error) {
+func (s *Store) EndSession(ctx context.Context, ref runbox.SessionRef) (bool, error) {
 	return s.endSession(ctx, ref, math.MaxInt64)
 }
 
 // EndIdleSession is EndSession for a session last used before cutoff
 // (IdleSessions): one used since is left open, and reported not ended.
-func (s *Store) EndIdleSession(ctx context.Context, ref SessionRef, cutoff time.Time) (bool, error) {
+func (s *Store) EndIdleSession(ctx context.Context, ref runbox.SessionRef, cutoff time.Time) (bool, error) {
 	return s.endSession(ctx, ref, cutoff.UnixMilli())
 }
 
-func (s *Store) endSession(ctx context.Context, ref SessionRef, cutoff int64) (bool, error) {
+func (s *Store) endSession(ctx context.Context, ref runbox.SessionRef, cutoff int64) (bool, error) {
 	n, err := endSessionScript.Run(ctx, s.rdb,
 		[]string{sessionKey(ref.Client, ref.ID), sessionsIdleKey, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID), sessionsEndingKey},
 		sessionMember(ref.Client, ref.ID), cutoff, s.now().UnixMilli()).Int()
@@ -127,7 +123,7 @@ return n
 `)
 
 // SessionOpen reports whether a session is open.
-func (s *Store) SessionOpen(ctx context.Context, ref SessionRef) (bool, error) {
+func (s *Store) SessionOpen(ctx context.Context, ref runbox.SessionRef) (bool, error) {
 	n, err := s.rdb.Exists(ctx, sessionKey(ref.Client, ref.ID)).Result()
 	if err != nil {
 		return false, fmt.Errorf("read session: %w", err)
@@ -137,7 +133,7 @@ func (s *Store) SessionOpen(ctx context.Context, ref SessionRef) (bool, error) {
 
 // SessionEnded records that what held something of an ended session has
 // let go.
-func (s *Store) SessionEnded(ctx context.Context, ref SessionRef) error {
+func (s *Store) SessionEnded(ctx context.Context, ref runbox.SessionRef) error {
 	if err := s.rdb.ZRem(ctx, sessionsEndingKey, sessionMember(ref.Client, ref.ID)).Err(); err != nil {
 		return fmt.Errorf("record a session's end: %w", err)
 	}
@@ -146,12 +142,12 @@ func (s *Store) SessionEnded(ctx context.Context, ref SessionRef) error {
 
 // EndingSessions returns up to n sessions ended whose holders had not all
 // let go when last tried, before cutoff, and marks them tried now.
-func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
+func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
 	members, err := s.sessionsBefore(ctx, sessionsEndingKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list ending sessions: %w", err)
 	}
-	out := make([]SessionRef, 0, len(members))
+	out := make([]runbox.SessionRef, 0, len(members))
 	now := float64(s.now().UnixMilli())
 	for _, m := range members {
 		if err := s.rdb.ZAddXX(ctx, sessionsEndingKey, redis.Z{Score: now, Member: m}).Err(); err != nil {
@@ -163,12 +159,12 @@ func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]
 }
 
 // IdleSessions returns up to n sessions last used before cutoff.
-func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]SessionRef, error) {
+func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
 	members, err := s.sessionsBefore(ctx, sessionsIdleKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
 	}
-	out := make([]SessionRef, 0, len(members))
+	out := make([]runbox.SessionRef, 0, len(members))
 	for _, m := range members {
 		out = append(out, sessionRef(m))
 	}
@@ -184,30 +180,9 @@ func (s *Store) sessionsBefore(ctx context.Context, key string, cutoff time.Time
 }
 
 // sessionRef is the session a sessionMember names.
-func sessionRef(member string) SessionRef {
+func sessionRef(member string) runbox.SessionRef {
 	client, id, _ := strings.Cut(member, "\n")
-	return SessionRef{Client: client, ID: id}
-}
-
-// ExecutionLimits bound the live executions of a session and of the
-// deployment (0: none).
-type ExecutionLimits struct {
-	PerSession, Total int
-}
-
-// ErrTooManyExecutions is ReserveExecution's refusal.
-type ErrTooManyExecutions struct {
-	// Total is set when the deployment's limit refused, else the
-	// session's.
-	Total bool
-	Limit int
-}
-
-func (e *ErrTooManyExecutions) Error() string {
-	if e.Total {
-		return fmt.Sprintf("%d executions are running, the server's limit", e.Limit)
-	}
-	return fmt.Sprintf("this session has %d executions running, its limit", e.Limit)
+	return runbox.SessionRef{Client: client, ID: id}
 }
 
 // reserveScript takes a place for a new execution of a session, within
@@ -245,64 +220,51 @@ redis.call('ZADD', KEYS[2], ARGV[1], ARGV[4])
 return {'ok'}
 `)
 
-// Reservation is a place taken for an execution whose run is being made.
-type Reservation struct {
-	ref    SessionRef
-	member string
-}
-
 // ReserveExecution takes a place among the session's live executions, or
 // refuses with *ErrTooManyExecutions.
-func (s *Store) ReserveExecution(ctx context.Context, ref SessionRef, limits ExecutionLimits) (Reservation, error) {
+func (s *Store) ReserveExecution(ctx context.Context, ref runbox.SessionRef, limits runbox.ExecutionLimits) (runbox.Reservation, error) {
 	now := s.now()
 	member := pendingPrefix + rand.Text()
 	prefix, suffix, _ := strings.Cut(keys.Run("\x00"), "\x00")
 	res, err := reserveScript.Run(ctx, s.rdb, []string{sessionLiveKey(ref.Client, ref.ID), executionsLive},
 		now.UnixMilli(), limits.PerSession, limits.Total, member, now.Add(-pendingTTL).UnixMilli(), prefix, suffix).StringSlice()
 	if err != nil {
-		return Reservation{}, fmt.Errorf("reserve an execution: %w", err)
+		return runbox.Reservation{}, fmt.Errorf("reserve an execution: %w", err)
 	}
 	switch res[0] {
 	case "session":
-		return Reservation{}, &ErrTooManyExecutions{Limit: limits.PerSession}
+		return runbox.Reservation{}, &runbox.ErrTooManyExecutions{Limit: limits.PerSession}
 	case "total":
-		return Reservation{}, &ErrTooManyExecutions{Total: true, Limit: limits.Total}
+		return runbox.Reservation{}, &runbox.ErrTooManyExecutions{Total: true, Limit: limits.Total}
 	}
-	return Reservation{ref: ref, member: member}, nil
+	return runbox.Reservation{Session: ref, Member: member}, nil
 }
 
 // Release gives a reservation's place back (its run was not made).
-func (s *Store) Release(ctx context.Context, r Reservation) error {
+func (s *Store) Release(ctx context.Context, r runbox.Reservation) error {
 	pipe := s.rdb.TxPipeline()
-	pipe.ZRem(ctx, sessionLiveKey(r.ref.Client, r.ref.ID), r.member)
-	pipe.ZRem(ctx, executionsLive, r.member)
+	pipe.ZRem(ctx, sessionLiveKey(r.Session.Client, r.Session.ID), r.Member)
+	pipe.ZRem(ctx, executionsLive, r.Member)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("release an execution's place: %w", err)
 	}
 	return nil
 }
 
-// Execution is what a session remembers of an execution besides its run.
-type Execution struct {
-	RunID          string
-	Command        string
-	TimeoutSeconds int
-}
-
 // RecordExecution fills a reservation with the run made for it.
-func (s *Store) RecordExecution(ctx context.Context, r Reservation, e Execution) error {
+func (s *Store) RecordExecution(ctx context.Context, r runbox.Reservation, e runbox.Execution) error {
 	now := float64(s.now().UnixMilli())
-	live, execs := sessionLiveKey(r.ref.Client, r.ref.ID), sessionExecsKey(r.ref.Client, r.ref.ID)
+	live, execs := sessionLiveKey(r.Session.Client, r.Session.ID), sessionExecsKey(r.Session.Client, r.Session.ID)
 	pipe := s.rdb.TxPipeline()
-	pipe.ZRem(ctx, live, r.member)
-	pipe.ZRem(ctx, executionsLive, r.member)
+	pipe.ZRem(ctx, live, r.Member)
+	pipe.ZRem(ctx, executionsLive, r.Member)
 	pipe.ZAdd(ctx, live, redis.Z{Score: now, Member: e.RunID})
 	pipe.ZAdd(ctx, executionsLive, redis.Z{Score: now, Member: e.RunID})
 	pipe.ZAdd(ctx, execs, redis.Z{Score: now, Member: e.RunID})
 	pipe.ZRemRangeByRank(ctx, execs, 0, -maxSessionExecutions-1)
 	pipe.Expire(ctx, execs, s.retention)
 	pipe.Expire(ctx, live, s.retention)
-	pipe.HSet(ctx, executionKey(e.RunID), "session", sessionMember(r.ref.Client, r.ref.ID), "command", e.Command,
+	pipe.HSet(ctx, executionKey(e.RunID), "session", sessionMember(r.Session.Client, r.Session.ID), "command", e.Command,
 		"timeout", e.TimeoutSeconds)
 	pipe.Expire(ctx, executionKey(e.RunID), s.retention)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -313,38 +275,38 @@ func (s *Store) RecordExecution(ctx context.Context, r Reservation, e Execution)
 
 // SessionExecution returns what the session remembers of execution id,
 // or ErrNotFound when it is not the session's.
-func (s *Store) SessionExecution(ctx context.Context, ref SessionRef, id string) (Execution, error) {
+func (s *Store) SessionExecution(ctx context.Context, ref runbox.SessionRef, id string) (runbox.Execution, error) {
 	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
 	if err != nil {
-		return Execution{}, fmt.Errorf("read execution %s: %w", id, err)
+		return runbox.Execution{}, fmt.Errorf("read execution %s: %w", id, err)
 	}
 	if m["session"] != sessionMember(ref.Client, ref.ID) {
-		return Execution{}, ErrNotFound
+		return runbox.Execution{}, runbox.ErrRunNotFound
 	}
 	return execution(id, m), nil
 }
 
 // ExecutionOf returns what is remembered of execution id, whoever's it
 // is: for a caller that found it through its session.
-func (s *Store) ExecutionOf(ctx context.Context, id string) (Execution, error) {
+func (s *Store) ExecutionOf(ctx context.Context, id string) (runbox.Execution, error) {
 	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
 	if err != nil {
-		return Execution{}, fmt.Errorf("read execution %s: %w", id, err)
+		return runbox.Execution{}, fmt.Errorf("read execution %s: %w", id, err)
 	}
 	if len(m) == 0 {
-		return Execution{}, ErrNotFound
+		return runbox.Execution{}, runbox.ErrRunNotFound
 	}
 	return execution(id, m), nil
 }
 
-func execution(id string, m map[string]string) Execution {
+func execution(id string, m map[string]string) runbox.Execution {
 	timeout, _ := strconv.Atoi(m["timeout"])
-	return Execution{RunID: id, Command: m["command"], TimeoutSeconds: timeout}
+	return runbox.Execution{RunID: id, Command: m["command"], TimeoutSeconds: timeout}
 }
 
 // SessionExecutions returns the session's last n executions, oldest
 // first.
-func (s *Store) SessionExecutions(ctx context.Context, ref SessionRef, n int) ([]Execution, error) {
+func (s *Store) SessionExecutions(ctx context.Context, ref runbox.SessionRef, n int) ([]runbox.Execution, error) {
 	ids, err := s.rdb.ZRange(ctx, sessionExecsKey(ref.Client, ref.ID), int64(-n), -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list executions: %w", err)
@@ -357,7 +319,7 @@ func (s *Store) SessionExecutions(ctx context.Context, ref SessionRef, n int) ([
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("list executions: %w", err)
 	}
-	out := make([]Execution, 0, len(ids))
+	out := make([]runbox.Execution, 0, len(ids))
 	for i, id := range ids {
 		out = append(out, execution(id, cmds[i].Val()))
 	}

@@ -14,7 +14,7 @@ import (
 func TestSessions(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		a := SessionRef{Client: "alice", ID: "S1"}
+		a := runbox.SessionRef{Client: "alice", ID: "S1"}
 		if ok, err := s.TouchSession(ctx, a, time.Hour); ok || err != nil {
 			t.Fatalf("touch before open = %v, %v", ok, err)
 		}
@@ -24,7 +24,7 @@ func TestSessions(t *testing.T) {
 		if ok, err := s.TouchSession(ctx, a, time.Hour); !ok || err != nil {
 			t.Fatalf("touch = %v, %v", ok, err)
 		}
-		if ok, _ := s.TouchSession(ctx, SessionRef{Client: "bob", ID: "S1"}, time.Hour); ok {
+		if ok, _ := s.TouchSession(ctx, runbox.SessionRef{Client: "bob", ID: "S1"}, time.Hour); ok {
 			t.Fatal("another client's session of the same id exists")
 		}
 		if idle, _ := s.IdleSessions(ctx, time.Now().Add(-time.Minute), 10); len(idle) != 0 {
@@ -55,23 +55,23 @@ func TestSessions(t *testing.T) {
 func TestExecutionPlaces(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		a, b := SessionRef{Client: "alice", ID: "A"}, SessionRef{Client: "alice", ID: "B"}
-		limits := ExecutionLimits{PerSession: 2, Total: 3}
-		record := func(ref SessionRef, id string) {
+		a, b := runbox.SessionRef{Client: "alice", ID: "A"}, runbox.SessionRef{Client: "alice", ID: "B"}
+		limits := runbox.ExecutionLimits{PerSession: 2, Total: 3}
+		record := func(ref runbox.SessionRef, id string) {
 			t.Helper()
 			r, err := s.ReserveExecution(ctx, ref, limits)
 			if err != nil {
 				t.Fatalf("reserve for %s: %v", id, err)
 			}
 			newParallelRun(t, s, id, "conv-"+ref.ID)
-			if err := s.RecordExecution(ctx, r, Execution{RunID: id, Command: "echo " + id}); err != nil {
+			if err := s.RecordExecution(ctx, r, runbox.Execution{RunID: id, Command: "echo " + id}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		refused := func(ref SessionRef, total bool) {
+		refused := func(ref runbox.SessionRef, total bool) {
 			t.Helper()
 			_, err := s.ReserveExecution(ctx, ref, limits)
-			tm, ok := errors.AsType[*ErrTooManyExecutions](err)
+			tm, ok := errors.AsType[*runbox.ErrTooManyExecutions](err)
 			if !ok || tm.Total != total {
 				t.Fatalf("reserve = %v, want a refusal (total %v)", err, total)
 			}
@@ -97,10 +97,10 @@ func TestExecutionPlaces(t *testing.T) {
 		if e, err := s.SessionExecution(ctx, a, "a2"); err != nil || e.Command != "echo a2" {
 			t.Fatalf("a2 = %+v, %v", e, err)
 		}
-		if _, err := s.SessionExecution(ctx, b, "a2"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.SessionExecution(ctx, b, "a2"); !errors.Is(err, runbox.ErrRunNotFound) {
 			t.Fatalf("a2 through another session: %v", err)
 		}
-		if _, err := s.SessionExecution(ctx, SessionRef{Client: "bob", ID: "A"}, "a2"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.SessionExecution(ctx, runbox.SessionRef{Client: "bob", ID: "A"}, "a2"); !errors.Is(err, runbox.ErrRunNotFound) {
 			t.Fatalf("a2 through another client: %v", err)
 		}
 		list, err := s.SessionExecutions(ctx, a, 10)
@@ -114,7 +114,7 @@ func TestExecutionPlaces(t *testing.T) {
 		}
 		finish(t, s, "a2", "conv-A", runbox.StatusQueued)
 		finish(t, s, "a3", "conv-A", runbox.StatusQueued)
-		c := SessionRef{Client: "alice", ID: "C"}
+		c := runbox.SessionRef{Client: "alice", ID: "C"}
 		for range 2 {
 			if _, err := s.ReserveExecution(ctx, c, limits); err != nil {
 				t.Fatal(err)

@@ -8,22 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // Input for interactive runs waits in a list per run, in order: each entry
 // is "d" and data, or "e" for end of input. The api appends; the executor
 // running the program reads.
 
-// MaxQueuedStdin bounds the input queued for a run and not yet read by its
-// program (a run still waiting in its queue reads none): what a client can
-// make Redis hold through one run's input.
-const MaxQueuedStdin = 1 << 20
-
 // maxStdinEntries bounds the entries of the queue, whatever their size.
 const maxStdinEntries = 10000
-
-// ErrInputFull reports a run whose queued input is not being read.
-var ErrInputFull = errors.New("the program's input queue is full")
 
 // sendStdinScript queues input within the budget.
 //
@@ -54,12 +48,12 @@ func (s *Store) SendStdin(ctx context.Context, id string, data []byte, eof bool)
 		eofArg = "1"
 	}
 	ok, err := sendStdinScript.Run(ctx, s.rdb, []string{stdinKey(id), stdinBytesKey(id)},
-		MaxQueuedStdin, maxStdinEntries, s.retention.Milliseconds(), data, eofArg).Int()
+		runbox.MaxQueuedStdin, maxStdinEntries, s.retention.Milliseconds(), data, eofArg).Int()
 	if err != nil {
 		return fmt.Errorf("send input: %w", err)
 	}
 	if ok == 0 {
-		return ErrInputFull
+		return runbox.ErrInputFull
 	}
 	return nil
 }

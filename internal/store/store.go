@@ -26,9 +26,6 @@ import (
 // DefaultRetention is how long a run's record and events are kept.
 const DefaultRetention = 24 * time.Hour
 
-// ErrNotFound reports a run that does not exist (or has expired).
-var ErrNotFound = runbox.Errorf(runbox.ENotFound, "no such run")
-
 // Store reads and writes the shared state.
 type Store struct {
 	conn      *Conn
@@ -52,44 +49,8 @@ func (s *Store) Retention() time.Duration { return s.retention }
 
 func (s *Store) ttlSeconds() int64 { return int64(s.retention / time.Second) }
 
-// Admission says what became of a new run.
-type Admission int
-
-const (
-	// Enqueue: the run heads its conversation; enqueue it now.
-	Enqueue Admission = iota + 1
-	// Wait: it waits behind its conversation's head, and is enqueued when
-	// its turn comes (Finish returns it as next).
-	Wait
-	// Exists: the idempotency key was used before; the run is that one.
-	Exists
-)
-
-// NewRun is a run to record.
-type NewRun struct {
-	Run  runbox.Run
-	Spec runbox.Spec
-	// Client owns the run. With IdempotencyKey, a retried submission
-	// returns the first run instead of a new one.
-	Client         string
-	IdempotencyKey string
-	// MaxWaiting bounds the runs waiting per conversation.
-	MaxWaiting int
-	// Parallel runs neither wait in nor hold their conversation's order:
-	// they are enqueued at once (Enqueue), whatever else the
-	// conversation runs.
-	Parallel bool
-	// Callback is where the run's end (and start, if asked) is told;
-	// zero: nowhere.
-	Callback Callback
-}
-
-// ErrBusy reports a conversation with too many runs waiting.
-var ErrBusy = runbox.Errorf(runbox.EBusy, "too many runs are waiting in this conversation; try again when some have finished")
-
-// CreateRun records a queued run with its queued event and admits it to its
 // conversation. With Exists, the returned id is the earlier run's.
-func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, error) {
+func (s *Store) CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admission, string, error) {
 	run := nr.Run
 	ev, err := eventBody(runbox.Event{TS: run.CreatedAt, Type: runbox.EventQueued})
 	if err != nil {
@@ -133,13 +94,13 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Admission, string, er
 			return 0, "", fmt.Errorf("create run: %w", err)
 		}
 		if res[0] == "wait" {
-			return Wait, run.ID, nil
+			return runbox.AdmitWait, run.ID, nil
 		}
-		return Enqueue, run.ID, nil
+		return runbox.AdmitEnqueue, run.ID, nil
 	case "exists":
-		return Exists, res[1], nil
+		return runbox.AdmitExists, res[1], nil
 	case "busy":
-		return 0, "", ErrBusy
+		return 0, "", runbox.ErrBusy
 	}
 	return 0, "", fmt.Errorf("create run: unexpected reply %v", res)
 }
@@ -149,7 +110,7 @@ func (s *Store) Spec(ctx context.Context, id string) (runbox.Spec, error) {
 	var spec runbox.Spec
 	b, err := s.rdb.HGet(ctx, keys.Run(id), specField).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return spec, ErrNotFound
+		return spec, runbox.ErrRunNotFound
 	}
 	if err != nil {
 		return spec, fmt.Errorf("read run %s: %w", id, err)
@@ -164,7 +125,7 @@ func (s *Store) Spec(ctx context.Context, id string) (runbox.Spec, error) {
 type Transition struct {
 	From   []runbox.Status // the run must be in one of these; none = any
 	To     runbox.Status   // "" = unchanged
-	Lease  LeaseOp
+	Lease  runbox.LeaseOp
 	Fields map[string]string
 	Events []runbox.Event
 	// Conversation is the run's; when To is final, the conversation moves
@@ -175,35 +136,13 @@ type Transition struct {
 	Detach bool
 }
 
-// LeaseOp says what a transition does to the run's lease.
-type LeaseOp int
-
-const (
-	LeaseKeep LeaseOp = iota
-	LeaseSet
-	LeaseDelete
-	LeaseExpired // only if the lease has run out; then delete it
-)
-
-// Applied is the outcome of a transition.
-type Applied struct {
-	// Done is false when the run was not in a status of From (or, for
-	// LeaseExpired, its lease was still current): then nothing changed.
-	Done bool
-	// Status is the run's status when nothing changed.
-	Status runbox.Status
-	// Next is the run that now heads the conversation and must be
-	// enqueued, if any.
-	Next string
-}
-
 // Apply carries out t atomically.
-func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.Duration) (Applied, error) {
+func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.Duration) (runbox.Applied, error) {
 	from := make([]string, len(t.From))
 	for i, st := range t.From {
 		from[i] = string(st)
 	}
-	op := [...]string{LeaseKeep: "", LeaseSet: "set", LeaseDelete: "del", LeaseExpired: "expired"}[t.Lease]
+	op := [...]string{runbox.LeaseKeep: "", runbox.LeaseSet: "set", runbox.LeaseDelete: "del", runbox.LeaseExpired: "expired"}[t.Lease]
 	ends := ""
 	switch {
 	case t.Conversation == "":
@@ -224,7 +163,7 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	for _, ev := range t.Events {
 		b, err := eventBody(ev)
 		if err != nil {
-			return Applied{}, err
+			return runbox.Applied{}, err
 		}
 		args = append(args, b)
 	}
@@ -232,13 +171,13 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	res, err := transitionScript.Run(ctx, s.rdb, []string{keys.Run(id), keys.Events(id), leasesKey,
 		conversationHeadKey(cid), conversationPendingKey(cid), busyConvsKey, conversationLiveKey(cid)}, args...).Slice()
 	if err != nil {
-		return Applied{}, fmt.Errorf("update run %s: %w", id, err)
+		return runbox.Applied{}, fmt.Errorf("update run %s: %w", id, err)
 	}
 	if len(res) < 2 {
-		return Applied{}, fmt.Errorf("update run %s: unexpected reply %v", id, res)
+		return runbox.Applied{}, fmt.Errorf("update run %s: unexpected reply %v", id, res)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
-		a := Applied{Done: true}
+		a := runbox.Applied{Done: true}
 		if len(res) == 3 {
 			a.Next, _ = res[2].(string)
 		}
@@ -246,9 +185,9 @@ func (s *Store) Apply(ctx context.Context, id string, t Transition, lease time.D
 	}
 	st, _ := res[1].(string)
 	if st == "" {
-		return Applied{}, ErrNotFound
+		return runbox.Applied{}, runbox.ErrRunNotFound
 	}
-	return Applied{Status: runbox.Status(st)}, nil
+	return runbox.Applied{Status: runbox.Status(st)}, nil
 }
 
 // Claim marks a queued run as running on executor, with a lease, and logs
@@ -259,43 +198,28 @@ func (s *Store) Claim(ctx context.Context, id, executor string, lease time.Durat
 	return c.OK, err
 }
 
-// Claimed is the outcome of ClaimFor.
-type Claimed struct {
-	// OK: the run is this executor's to run now.
-	OK bool
-	// Elsewhere, when not OK, is the executor that runs the run's
-	// conversation's live runs: the run must go there.
-	Elsewhere string
-	// Status, when neither, is the status of a run that was not queued;
-	// "" when there is no such run.
-	Status runbox.Status
-	// Spec is what the run was asked to do (when OK or Elsewhere): the
-	// claim's reply carries it, so that the executor need not read it.
-	Spec runbox.Spec
-}
-
 // ClaimFor claims a queued run as Claim does, and keeps a conversation's
 // live runs on one executor: while another live executor runs some of the
 // run's conversation's, the run is not claimed and Elsewhere names that
 // executor. A claim records executor as the conversation's owner for
 // ownerTTL (none if 0), so that the conversation's next runs are routed to
 // it. One round trip: the run's Spec comes back with the claim.
-func (s *Store) ClaimFor(ctx context.Context, id, executor string, lease, ownerTTL time.Duration) (Claimed, error) {
+func (s *Store) ClaimFor(ctx context.Context, id, executor string, lease, ownerTTL time.Duration) (runbox.Claimed, error) {
 	now := s.now()
 	ev, err := eventBody(runbox.Event{TS: now, Type: runbox.EventStarted})
 	if err != nil {
-		return Claimed{}, err
+		return runbox.Claimed{}, err
 	}
 	res, err := claimScript.Run(ctx, s.rdb, []string{keys.Run(id), keys.Events(id), leasesKey, parallelKey},
 		id, executor, lease.Milliseconds(), keys.Channel(id), s.ttlSeconds(), ev, now.UnixMilli(), executorKey(""),
 		ownerTTL.Milliseconds(), prefix).Slice()
 	if err != nil {
-		return Claimed{}, fmt.Errorf("claim run %s: %w", id, err)
+		return runbox.Claimed{}, fmt.Errorf("claim run %s: %w", id, err)
 	}
 	if len(res) < 2 {
-		return Claimed{}, fmt.Errorf("claim run %s: unexpected reply %v", id, res)
+		return runbox.Claimed{}, fmt.Errorf("claim run %s: unexpected reply %v", id, res)
 	}
-	var c Claimed
+	var c runbox.Claimed
 	code, _ := res[0].(int64)
 	switch code {
 	case 1:
@@ -304,7 +228,7 @@ func (s *Store) ClaimFor(ctx context.Context, id, executor string, lease, ownerT
 		c.Elsewhere, _ = res[1].(string)
 	default:
 		st, _ := res[1].(string)
-		return Claimed{Status: runbox.Status(st)}, nil
+		return runbox.Claimed{Status: runbox.Status(st)}, nil
 	}
 	var spec string
 	if len(res) > 2 {
@@ -375,26 +299,16 @@ func (s *Store) Append(ctx context.Context, id string, evs ...runbox.Event) erro
 	return nil
 }
 
-// Ending is how a run ends, for Finish.
-type Ending struct {
-	From         []runbox.Status // statuses it may end from
-	Lease        LeaseOp
-	Status       runbox.Status
-	Result       *runbox.Result
-	Events       []runbox.Event // logged before done
-	Conversation string
-}
-
 // Finish ends a run with its result, logging the events and then done, and
 // moves its conversation on. It returns the transition's outcome: Done is
 // false when another party ended the run first; Next is the run to enqueue.
 //
 // The result is stored once, in the run's record: the done event is logged
 // and published without it, and Events and watches put it back.
-func (s *Store) Finish(ctx context.Context, id string, e Ending) (Applied, error) {
+func (s *Store) Finish(ctx context.Context, id string, e runbox.Ending) (runbox.Applied, error) {
 	b, err := encodeResult(e.Result)
 	if err != nil {
-		return Applied{}, err
+		return runbox.Applied{}, err
 	}
 	now := s.now()
 	evs := append(slices.Clip(e.Events), runbox.Event{TS: now, Type: runbox.EventDone})
@@ -431,7 +345,7 @@ func (s *Store) Run(ctx context.Context, id string) (runbox.Run, error) {
 // parseRun reads a run's record from its hash.
 func parseRun(m map[string]string) (runbox.Run, error) {
 	if len(m) == 0 || m["status"] == "" {
-		return runbox.Run{}, ErrNotFound
+		return runbox.Run{}, runbox.ErrRunNotFound
 	}
 	var err error
 	run := runbox.Run{
@@ -549,27 +463,8 @@ func (s *Store) ExpiredLeases(ctx context.Context, n int) ([]string, error) {
 	return ids, nil
 }
 
-// ExecutorInfo is what an executor announces about itself.
-type ExecutorInfo struct {
-	ID          string          `json:"id"`
-	Concurrency int             `json:"concurrency"`
-	Runners     []runbox.Runner `json:"runners"`
-	StartedAt   time.Time       `json:"started_at"`
-	// Templates are the project templates it offers (images labelled
-	// sandbox.template).
-	Templates []runbox.Template `json:"templates,omitempty"`
-	// Addr is where the api reaches its sandboxes (package link):
-	// host:port.
-	Addr string `json:"addr,omitempty"`
-	// Landlock says that its sandboxes hold programs to filesystem rules
-	// (runbox.Filesystem).
-	Landlock bool `json:"landlock,omitempty"`
-	// Conversations counts the conversations it holds a sandbox of.
-	Conversations int `json:"conversations,omitempty"`
-}
-
 // Heartbeat registers an executor as alive for ttl.
-func (s *Store) Heartbeat(ctx context.Context, info ExecutorInfo, ttl time.Duration) error {
+func (s *Store) Heartbeat(ctx context.Context, info runbox.ExecutorInfo, ttl time.Duration) error {
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
@@ -607,7 +502,7 @@ func (s *Store) Unregister(ctx context.Context, id string) error {
 }
 
 // Executors returns the executors whose heartbeat is current.
-func (s *Store) Executors(ctx context.Context) ([]ExecutorInfo, error) {
+func (s *Store) Executors(ctx context.Context) ([]runbox.ExecutorInfo, error) {
 	ids, err := liveExecutorsScript.Run(ctx, s.rdb, []string{executorsKey}).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("read executors: %w", err)
@@ -623,13 +518,13 @@ func (s *Store) Executors(ctx context.Context) ([]ExecutorInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read executors: %w", err)
 	}
-	infos := make([]ExecutorInfo, 0, len(vals))
+	infos := make([]runbox.ExecutorInfo, 0, len(vals))
 	for _, v := range vals {
 		str, ok := v.(string)
 		if !ok {
 			continue
 		}
-		var info ExecutorInfo
+		var info runbox.ExecutorInfo
 		if json.Unmarshal([]byte(str), &info) == nil {
 			infos = append(infos, info)
 		}
@@ -644,7 +539,7 @@ func (s *Store) Landlock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(infos, func(i ExecutorInfo) bool { return i.Landlock }), nil
+	return slices.ContainsFunc(infos, func(i runbox.ExecutorInfo) bool { return i.Landlock }), nil
 }
 
 // Conversations returns how many conversations hold a sandbox on a live

@@ -29,9 +29,9 @@ func newRun(t *testing.T, s *Store, id string) {
 	newRunIn(t, s, id, "c-"+id)
 }
 
-func newRunIn(t *testing.T, s *Store, id, cid string) Admission {
+func newRunIn(t *testing.T, s *Store, id, cid string) runbox.Admission {
 	t.Helper()
-	adm, _, err := s.CreateRun(context.Background(), NewRun{
+	adm, _, err := s.CreateRun(context.Background(), runbox.NewRun{
 		Run:        runbox.Run{ID: id, ConversationID: cid, Language: "python", CreatedAt: time.Now()},
 		Spec:       runbox.Spec{Language: "python", Code: "print('" + id + "')", ConversationID: cid},
 		MaxWaiting: 3,
@@ -42,9 +42,9 @@ func newRunIn(t *testing.T, s *Store, id, cid string) Admission {
 	return adm
 }
 
-func finish(t *testing.T, s *Store, id, cid string, from runbox.Status) Applied {
+func finish(t *testing.T, s *Store, id, cid string, from runbox.Status) runbox.Applied {
 	t.Helper()
-	a, err := s.Finish(context.Background(), id, Ending{From: []runbox.Status{from}, Lease: LeaseDelete,
+	a, err := s.Finish(context.Background(), id, runbox.Ending{From: []runbox.Status{from}, Lease: runbox.LeaseDelete,
 		Status: runbox.StatusSucceeded, Result: &runbox.Result{}, Conversation: cid})
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +83,12 @@ func TestRunLifecycle(t *testing.T) {
 		}
 		code := 0
 		res := &runbox.Result{Success: true, Stdout: "hi\n", RunID: "r1"}
-		a, err := s.Finish(ctx, "r1", Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: LeaseDelete,
+		a, err := s.Finish(ctx, "r1", runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 			Status: runbox.StatusSucceeded, Result: res, Events: []runbox.Event{{Type: runbox.EventExit, ExitCode: &code}}, Conversation: "c-r1"})
 		if err != nil || !a.Done {
 			t.Fatalf("Finish = %+v, %v", a, err)
 		}
-		if a, _ := s.Finish(ctx, "r1", Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusError, Result: res}); a.Done {
+		if a, _ := s.Finish(ctx, "r1", runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusError, Result: res}); a.Done {
 			t.Error("a finished run was finished again")
 		}
 		if err := s.Append(ctx, "r1", runbox.Event{Type: runbox.EventStdout}); err == nil {
@@ -122,7 +122,7 @@ func TestRunLifecycle(t *testing.T) {
 		if run.Status != runbox.StatusSucceeded || run.Result == nil || run.ConversationID != "c-r1" || run.StartedAt.IsZero() {
 			t.Errorf("run record %+v", run)
 		}
-		if _, err := s.Run(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Run(ctx, "nope"); !errors.Is(err, runbox.ErrRunNotFound) {
 			t.Errorf("Run of a missing id: %v", err)
 		}
 	})
@@ -144,11 +144,11 @@ func TestLeases(t *testing.T) {
 			t.Fatalf("expired = %v, want [short]", ids)
 		}
 		// A current lease protects the run from the watchdog's transition.
-		a, err := s.Apply(ctx, "long", Transition{From: []runbox.Status{runbox.StatusRunning}, To: runbox.StatusError, Lease: LeaseExpired}, 0)
+		a, err := s.Apply(ctx, "long", Transition{From: []runbox.Status{runbox.StatusRunning}, To: runbox.StatusError, Lease: runbox.LeaseExpired}, 0)
 		if err != nil || a.Done {
 			t.Fatalf("expired-lease transition of a live run = %+v, %v", a, err)
 		}
-		a, err = s.Finish(ctx, "short", Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: LeaseExpired, Status: runbox.StatusError, Result: &runbox.Result{}})
+		a, err = s.Finish(ctx, "short", runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseExpired, Status: runbox.StatusError, Result: &runbox.Result{}})
 		if err != nil || !a.Done {
 			t.Fatalf("finish of an expired run = %+v, %v", a, err)
 		}
@@ -167,18 +167,18 @@ func TestLeases(t *testing.T) {
 func TestConversationOrder(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		if adm := newRunIn(t, s, "a", "conv"); adm != Enqueue {
+		if adm := newRunIn(t, s, "a", "conv"); adm != runbox.AdmitEnqueue {
 			t.Fatalf("first run: %v, want Enqueue", adm)
 		}
 		for _, id := range []string{"b", "c", "d"} {
-			if adm := newRunIn(t, s, id, "conv"); adm != Wait {
+			if adm := newRunIn(t, s, id, "conv"); adm != runbox.AdmitWait {
 				t.Fatalf("run %s: %v, want Wait", id, adm)
 			}
 		}
-		if adm := newRunIn(t, s, "other", "conv2"); adm != Enqueue {
+		if adm := newRunIn(t, s, "other", "conv2"); adm != runbox.AdmitEnqueue {
 			t.Fatalf("another conversation: %v", adm)
 		}
-		_, _, err := s.CreateRun(ctx, NewRun{Run: runbox.Run{ID: "e", ConversationID: "conv", CreatedAt: time.Now()}, MaxWaiting: 3})
+		_, _, err := s.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: "e", ConversationID: "conv", CreatedAt: time.Now()}, MaxWaiting: 3})
 		if runbox.ErrorCode(err) != runbox.EBusy {
 			t.Fatalf("fourth waiting run: %v, want busy", err)
 		}
@@ -196,17 +196,17 @@ func TestConversationOrder(t *testing.T) {
 		}
 		// b's end was recorded by a process that died before moving on.
 		s.Apply(ctx, "b", Transition{To: runbox.StatusError}, 0)
-		next, err := s.Advance(ctx, Head{Conversation: "conv", Run: "b"})
+		next, err := s.Advance(ctx, runbox.ConversationHead{Conversation: "conv", Run: "b"})
 		if err != nil || next != "d" {
 			t.Fatalf("Advance = %q, %v, want d", next, err)
 		}
-		if next, _ := s.Advance(ctx, Head{Conversation: "conv", Run: "b"}); next != "" {
+		if next, _ := s.Advance(ctx, runbox.ConversationHead{Conversation: "conv", Run: "b"}); next != "" {
 			t.Errorf("second Advance past b: %q", next)
 		}
 		if a := finish(t, s, "d", "conv", runbox.StatusQueued); !a.Done || a.Next != "" {
 			t.Fatalf("after d: %+v", a)
 		}
-		if adm := newRunIn(t, s, "f", "conv"); adm != Enqueue {
+		if adm := newRunIn(t, s, "f", "conv"); adm != runbox.AdmitEnqueue {
 			t.Errorf("idle conversation: %v, want Enqueue", adm)
 		}
 		runs, err := s.Runs(ctx, "", "conv", 10)
@@ -219,19 +219,19 @@ func TestConversationOrder(t *testing.T) {
 func TestIdempotency(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		nr := func(id string) NewRun {
-			return NewRun{Run: runbox.Run{ID: id, ConversationID: "c", CreatedAt: time.Now()}, Client: "alice", IdempotencyKey: "k1", MaxWaiting: 5}
+		nr := func(id string) runbox.NewRun {
+			return runbox.NewRun{Run: runbox.Run{ID: id, ConversationID: "c", CreatedAt: time.Now()}, Client: "alice", IdempotencyKey: "k1", MaxWaiting: 5}
 		}
-		if adm, id, err := s.CreateRun(ctx, nr("first")); err != nil || adm != Enqueue || id != "first" {
+		if adm, id, err := s.CreateRun(ctx, nr("first")); err != nil || adm != runbox.AdmitEnqueue || id != "first" {
 			t.Fatalf("first: %v %q %v", adm, id, err)
 		}
 		adm, id, err := s.CreateRun(ctx, nr("second"))
-		if err != nil || adm != Exists || id != "first" {
+		if err != nil || adm != runbox.AdmitExists || id != "first" {
 			t.Fatalf("retry: %v %q %v, want the first run", adm, id, err)
 		}
 		other := nr("third")
 		other.Client = "bob"
-		if adm, _, _ := s.CreateRun(ctx, other); adm == Exists {
+		if adm, _, _ := s.CreateRun(ctx, other); adm == runbox.AdmitExists {
 			t.Error("another client's key matched")
 		}
 	})
@@ -265,8 +265,8 @@ func TestStdinBudget(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		half := make([]byte, MaxQueuedStdin/2)
-		for i, want := range []error{nil, nil, ErrInputFull} {
+		half := make([]byte, runbox.MaxQueuedStdin/2)
+		for i, want := range []error{nil, nil, runbox.ErrInputFull} {
 			if err := s.SendStdin(ctx, "budget", half, false); !errors.Is(err, want) {
 				t.Fatalf("send %d: %v, want %v", i, err, want)
 			}
@@ -291,9 +291,9 @@ func TestExecutorRegistry(t *testing.T) {
 		ctx := context.Background()
 		py := runbox.Runner{Language: "python", Image: "runner-python"}
 		sh := runbox.Runner{Language: "bash", Image: "runner-bash"}
-		s.Heartbeat(ctx, ExecutorInfo{ID: "a", Runners: []runbox.Runner{py}}, time.Minute)
-		s.Heartbeat(ctx, ExecutorInfo{ID: "b", Runners: []runbox.Runner{sh, py}}, time.Minute)
-		s.Heartbeat(ctx, ExecutorInfo{ID: "gone", Runners: []runbox.Runner{{Language: "cobol"}}}, time.Millisecond)
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "a", Runners: []runbox.Runner{py}}, time.Minute)
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "b", Runners: []runbox.Runner{sh, py}}, time.Minute)
+		s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "gone", Runners: []runbox.Runner{{Language: "cobol"}}}, time.Millisecond)
 		time.Sleep(20 * time.Millisecond)
 		runners, err := s.Runners(ctx)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // TestWake: announced runs are taken once each, oldest first, those for
@@ -44,7 +46,7 @@ func TestOwner(t *testing.T) {
 		if o, _ := s.Owner(ctx, "c"); o != "" {
 			t.Errorf("an executor without a heartbeat owns: %q", o)
 		}
-		if err := s.Heartbeat(ctx, ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
+		if err := s.Heartbeat(ctx, runbox.ExecutorInfo{ID: "e1"}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if o, _ := s.Owner(ctx, "c"); o != "e1" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,20 +42,6 @@ const outboxKey = prefix + "webhooks:outbox"
 // MaxAttemptsKept bounds the attempts kept per webhook: its latest.
 const MaxAttemptsKept = 50
 
-// Callback is where a run's end is told, and its start when Started.
-type Callback struct {
-	URL     string
-	Started bool
-}
-
-// WebhookID is the id of the webhook that tells of event (a
-// runbox.Webhook… type) of subject, a run or a batch: the same whoever
-// writes it and on every attempt, as receivers deduplicate by it.
-func WebhookID(subject, event string) string {
-	_, kind, _ := strings.Cut(event, ".")
-	return "msg_" + subject + "_" + kind
-}
-
 // notifyLua defines notify(), which writes a webhook to the outbox: its
 // record, and its id in the outbox and among its client's. A webhook
 // already written is left as it is. Scripts that end or start a run
@@ -79,9 +64,6 @@ local function notify(p, subject, kind, typ, url, client, now, ttl)
 end
 `
 
-// ErrWebhookNotFound reports a webhook that does not exist, or expired.
-var ErrWebhookNotFound = runbox.Errorf(runbox.ENotFound, "no such webhook")
-
 // Webhook returns a webhook's record.
 func (s *Store) Webhook(ctx context.Context, id string) (runbox.Webhook, error) {
 	m, err := s.rdb.HGetAll(ctx, webhookKey(id)).Result()
@@ -89,7 +71,7 @@ func (s *Store) Webhook(ctx context.Context, id string) (runbox.Webhook, error) 
 		return runbox.Webhook{}, fmt.Errorf("read webhook %s: %w", id, err)
 	}
 	if m["id"] == "" {
-		return runbox.Webhook{}, ErrWebhookNotFound
+		return runbox.Webhook{}, runbox.ErrWebhookNotFound
 	}
 	attempts, _ := strconv.Atoi(m["attempts"])
 	return runbox.Webhook{ID: m["id"], Subject: m["subject"], Type: m["type"], URL: m["url"], Client: m["client"],
@@ -131,7 +113,7 @@ func (s *Store) Relayed(ctx context.Context, id string, ttl time.Duration) error
 	w, err := s.Webhook(ctx, id)
 	subject := ""
 	switch {
-	case errors.Is(err, ErrWebhookNotFound):
+	case errors.Is(err, runbox.ErrWebhookNotFound):
 	case err != nil:
 		return err
 	default:
@@ -228,7 +210,7 @@ func (s *Store) Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Durati
 		return fmt.Errorf("redeliver webhook %s: %w", w.ID, err)
 	}
 	if ok == 0 {
-		return ErrWebhookNotFound
+		return runbox.ErrWebhookNotFound
 	}
 	if err := relayedScript.Run(ctx, s.rdb, []string{outboxKey, webhookKey(w.ID), subjectKey(w)},
 		w.ID, s.now().UnixMilli(), int64(ttl/time.Second)).Err(); err != nil {

@@ -17,11 +17,11 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		cid := "~dave~hooked"
-		_, _, err := s.CreateRun(ctx, NewRun{
+		_, _, err := s.CreateRun(ctx, runbox.NewRun{
 			Run:      runbox.Run{ID: "run_hooked", ConversationID: cid, Language: "bash", CreatedAt: time.Now()},
 			Spec:     runbox.Spec{Language: "bash", Code: "true", ConversationID: cid},
 			Client:   "dave",
-			Callback: Callback{URL: "https://hooks.example/r", Started: true}, MaxWaiting: 1,
+			Callback: runbox.Callback{URL: "https://hooks.example/r", Started: true}, MaxWaiting: 1,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -33,7 +33,7 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		if c, err := s.ClaimFor(ctx, "run_hooked", "ex", time.Minute, 0); err != nil || !c.OK {
 			t.Fatalf("claim: %+v, %v", c, err)
 		}
-		started := WebhookID("run_hooked", runbox.WebhookRunStarted)
+		started := runbox.WebhookID("run_hooked", runbox.WebhookRunStarted)
 		if out, _ := s.Outbox(ctx, 10); !slices.Equal(out, []string{started}) {
 			t.Fatalf("outbox after the start = %v", out)
 		}
@@ -41,7 +41,7 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		// Ending it again changes nothing.
 		finish(t, s, "run_hooked", cid, runbox.StatusRunning)
 		finish(t, s, "run_plain", "c-run_plain", runbox.StatusQueued)
-		completed := WebhookID("run_hooked", runbox.WebhookRunCompleted)
+		completed := runbox.WebhookID("run_hooked", runbox.WebhookRunCompleted)
 		out, _ := s.Outbox(ctx, 10)
 		slices.Sort(out) // by time; within a millisecond, by id
 		if !slices.Equal(out, []string{completed, started}) {
@@ -105,7 +105,7 @@ func TestWebhookWrittenWithTheRun(t *testing.T) {
 		if n, _ := s.PendingWebhooks(ctx, "dave", time.Hour); n != 2 {
 			t.Fatalf("PendingWebhooks after the redelivery = %d", n)
 		}
-		if err := s.Redeliver(ctx, runbox.Webhook{ID: "msg_none_completed", Client: "dave"}, time.Hour); err != ErrWebhookNotFound {
+		if err := s.Redeliver(ctx, runbox.Webhook{ID: "msg_none_completed", Client: "dave"}, time.Hour); err != runbox.ErrWebhookNotFound {
 			t.Fatalf("Redeliver of nothing: %v", err)
 		}
 	})

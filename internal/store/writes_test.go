@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func TestWriteWatch(t *testing.T) {
 	}
 	fill()
 	// What the service writes is refused too, and seen.
-	for i := 0; st.Heartbeat(ctx, ExecutorInfo{ID: "ex"}, time.Minute) == nil; i++ {
+	for i := 0; st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex"}, time.Minute) == nil; i++ {
 		if i == 10 {
 			t.Fatal("a heartbeat was written past maxmemory")
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Interval is how often a watchdog looks for lost runs.
@@ -42,7 +41,7 @@ type Runs interface {
 	ExpiredLeases(ctx context.Context, n int) ([]string, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
 	Events(ctx context.Context, id string, after int64) ([]runbox.Event, error)
-	Finish(ctx context.Context, id string, e store.Ending) (store.Applied, error)
+	Finish(ctx context.Context, id string, e runbox.Ending) (runbox.Applied, error)
 	Executor(ctx context.Context, id string) (string, error)
 }
 
@@ -123,8 +122,8 @@ func (w *Watchdog) end(ctx context.Context, id string) error {
 	if !run.StartedAt.IsZero() {
 		res.DurationMS = time.Since(run.StartedAt).Milliseconds()
 	}
-	a, err := w.store.Finish(ctx, id, store.Ending{
-		From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseExpired, Status: runbox.StatusError, Result: res,
+	a, err := w.store.Finish(ctx, id, runbox.Ending{
+		From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseExpired, Status: runbox.StatusError, Result: res,
 		Events:       []runbox.Event{{TS: time.Now(), Type: runbox.EventError, Message: LostMessage}},
 		Conversation: run.ConversationID,
 	})

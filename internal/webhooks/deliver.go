@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
@@ -62,7 +61,7 @@ func (s *Service) RetryDelay(id string, n int) time.Duration { return s.delay(id
 // Every attempt is recorded.
 func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, error) {
 	w, err := s.store.Webhook(ctx, id)
-	if errors.Is(err, store.ErrWebhookNotFound) {
+	if errors.Is(err, runbox.ErrWebhookNotFound) {
 		s.log.Warn("webhook expired before it was delivered", "webhook", id)
 		return false, nil
 	}
@@ -265,7 +264,7 @@ func (s *Service) body(ctx context.Context, w runbox.Webhook) ([]byte, error) {
 }
 
 func expired(err error, what string) error {
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBatchNotFound) {
+	if errors.Is(err, runbox.ErrRunNotFound) || errors.Is(err, runbox.ErrBatchNotFound) {
 		return fmt.Errorf("the %s's record has expired", what)
 	}
 	return err

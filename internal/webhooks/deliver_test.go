@@ -166,14 +166,14 @@ func (h *harness) endRun(id, url string) {
 		h.t.Fatal(err)
 	}
 	cid := "~alice~c-" + id
-	if _, _, err := h.st.CreateRun(ctx, store.NewRun{Run: runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now()},
+	if _, _, err := h.st.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now()},
 		Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: cid}, Client: "alice", Callback: cb, MaxWaiting: 1}); err != nil {
 		h.t.Fatal(err)
 	}
 	if c, err := h.st.ClaimFor(ctx, id, "ex", time.Minute, 0); err != nil || !c.OK {
 		h.t.Fatal(c, err)
 	}
-	if _, err := h.st.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
+	if _, err := h.st.Finish(ctx, id, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
 		Result: &runbox.Result{Success: true, Stdout: "hi\n", RunID: id, ConversationID: cid}, Conversation: cid}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -216,8 +216,8 @@ func TestDeliverRetriesSigned(t *testing.T) {
 	rcv := newReceiver(t, 500, 503, 200)
 	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_signed", "http://recv.test:"+rcv.port()+"/hook")
-	id := store.WebhookID("run_signed", runbox.WebhookRunCompleted)
-	started := store.WebhookID("run_signed", runbox.WebhookRunStarted)
+	id := runbox.WebhookID("run_signed", runbox.WebhookRunCompleted)
+	started := runbox.WebhookID("run_signed", runbox.WebhookRunStarted)
 	h.waitState(id, runbox.WebhookDelivered)
 	h.waitState(started, runbox.WebhookDelivered)
 
@@ -304,9 +304,9 @@ func TestDeliverGoneStops(t *testing.T) {
 	rcv := newReceiver(t, 410)
 	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_gone", "http://recv.test:"+rcv.port()+"/")
-	id := store.WebhookID("run_gone", runbox.WebhookRunCompleted)
+	id := runbox.WebhookID("run_gone", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookGone)
-	h.waitState(store.WebhookID("run_gone", runbox.WebhookRunStarted), runbox.WebhookGone)
+	h.waitState(runbox.WebhookID("run_gone", runbox.WebhookRunStarted), runbox.WebhookGone)
 	info, err := h.in.GetTaskInfo(queue.WebhookQueue, id)
 	if err != nil || info.State != asynq.TaskStateCompleted {
 		t.Fatalf("the task after 410: %+v, %v", info, err)
@@ -325,7 +325,7 @@ func TestDeliverNoRedirect(t *testing.T) {
 	rcv.header.Set("Location", target.srv.URL+"/stolen")
 	h := newHarness(t, "redirect.test=127.0.0.1:"+rcv.port(), time.Hour, 0, nil)
 	h.endRun("run_redirect", "http://redirect.test:"+rcv.port()+"/")
-	id := store.WebhookID("run_redirect", runbox.WebhookRunCompleted)
+	id := runbox.WebhookID("run_redirect", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookDelivered)
 	if n := len(target.requests()); n != 0 {
 		t.Fatalf("the redirect was followed %d times", n)
@@ -413,7 +413,7 @@ func (r *rebinding) LookupNetIP(context.Context, string, string) ([]netip.Addr, 
 func TestDeliverRebinding(t *testing.T) {
 	h := newHarness(t, "", 2*time.Second, 0, &rebinding{})
 	h.endRun("run_rebind", "https://rebind.example/hook")
-	id := store.WebhookID("run_rebind", runbox.WebhookRunCompleted)
+	id := runbox.WebhookID("run_rebind", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookFailed)
 	ds := h.deliveries("run_rebind")
 	var last runbox.Delivery

@@ -27,7 +27,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/egress"
-	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
@@ -78,7 +77,7 @@ type Store interface {
 	PendingWebhooks(ctx context.Context, client string, horizon time.Duration) (int, error)
 	Deliveries(ctx context.Context, ids ...string) ([]runbox.Delivery, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
-	Batch(ctx context.Context, id string) (store.BatchRecord, error)
+	Batch(ctx context.Context, id string) (runbox.BatchRecord, error)
 }
 
 // Tasks are the webhooks' tasks in the queue (*queue.Webhooks), each
@@ -152,23 +151,23 @@ func (s *Service) ttl() time.Duration { return s.o.RetryFor + keep }
 // empty and fallback is set, the client's default (webhook_url). No URL
 // at all is no callback. A URL the policy refuses is an invalid_argument
 // naming why, at once: never a webhook silently dropped later.
-func (s *Service) Callback(ctx context.Context, client, url string, fallback bool) (store.Callback, error) {
+func (s *Service) Callback(ctx context.Context, client, url string, fallback bool) (runbox.Callback, error) {
 	c := s.o.Clients[client]
 	if url == "" {
 		if !fallback || c.URL == "" {
-			return store.Callback{}, nil
+			return runbox.Callback{}, nil
 		}
 		url = c.URL
 	}
 	if c.Secrets.Len() == 0 {
-		return store.Callback{}, runbox.Errorf(runbox.EInvalid,
+		return runbox.Callback{}, runbox.Errorf(runbox.EInvalid,
 			"callback_url: this client has no webhook signing secret (webhook_secret in CLIENTS_FILE, or WEBHOOK_SECRET for the token MCP_API_TOKEN)")
 	}
 	checked, err := s.o.Policy.Check(ctx, url, c.Domains)
 	if err != nil {
-		return store.Callback{}, err
+		return runbox.Callback{}, err
 	}
-	return store.Callback{URL: checked, Started: c.Started}, nil
+	return runbox.Callback{URL: checked, Started: c.Started}, nil
 }
 
 // Admit refuses n more webhooks of client while it has MaxPending not
@@ -191,9 +190,9 @@ func (s *Service) Admit(ctx context.Context, client string, n int) error {
 // ids are the webhooks that may tell of a run, or of a batch.
 func ids(subject string, batch bool) []string {
 	if batch {
-		return []string{store.WebhookID(subject, runbox.WebhookBatchCompleted)}
+		return []string{runbox.WebhookID(subject, runbox.WebhookBatchCompleted)}
 	}
-	return []string{store.WebhookID(subject, runbox.WebhookRunStarted), store.WebhookID(subject, runbox.WebhookRunCompleted)}
+	return []string{runbox.WebhookID(subject, runbox.WebhookRunStarted), runbox.WebhookID(subject, runbox.WebhookRunCompleted)}
 }
 
 // Deliveries returns the attempts to deliver the webhooks of a run (or of
@@ -211,7 +210,7 @@ var ErrNoWebhook = runbox.Errorf(runbox.ENotFound, "no webhook was written for t
 func (s *Service) Redeliver(ctx context.Context, subject string, batch bool) (runbox.Webhook, error) {
 	all := ids(subject, batch)
 	w, err := s.store.Webhook(ctx, all[len(all)-1])
-	if errors.Is(err, store.ErrWebhookNotFound) {
+	if errors.Is(err, runbox.ErrWebhookNotFound) {
 		return runbox.Webhook{}, ErrNoWebhook
 	}
 	if err != nil {

@@ -38,7 +38,7 @@ func TestWatchExactlyOnce(t *testing.T) {
 		hub := stream.NewHub(conn, s, slog.New(slog.DiscardHandler))
 		defer hub.Close()
 		const id, cid = "w1", "c-w1"
-		if _, _, err := s.CreateRun(ctx, store.NewRun{
+		if _, _, err := s.CreateRun(ctx, runbox.NewRun{
 			Run:        runbox.Run{ID: id, ConversationID: cid, Language: "python", CreatedAt: time.Now()},
 			Spec:       runbox.Spec{Language: "python", Code: "print(1)", ConversationID: cid},
 			MaxWaiting: 1,
@@ -92,7 +92,7 @@ func TestWatchExactlyOnce(t *testing.T) {
 				go check(int64(i))
 			}
 		}
-		if _, err := s.Finish(ctx, id, store.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: store.LeaseDelete,
+		if _, err := s.Finish(ctx, id, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
 			Status: runbox.StatusSucceeded, Result: &runbox.Result{Stdout: "out"}, Conversation: cid}); err != nil {
 			t.Fatal(err)
 		}
