@@ -9,14 +9,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Dashboard returns asynqmon's read-only dashboard of every queue, served
 // under root, on conn, the process's connection: it holds none of its own.
-func Dashboard(conn *store.Conn, root string) http.Handler {
-	return asynqmon.New(asynqmon.Options{RootPath: root, RedisConnOpt: SharedConn{Conn: conn}, ReadOnly: true})
+func Dashboard(conn Conn, root string) http.Handler {
+	return asynqmon.New(asynqmon.Options{RootPath: root, RedisConnOpt: conn, ReadOnly: true})
 }
 
 // collector reports the run queue's depth, read from Redis at each
@@ -29,9 +27,9 @@ type collector struct {
 
 // NewCollector returns the metrics of the run queue's depth on conn, the
 // process's connection: it holds none of its own.
-func NewCollector(conn *store.Conn) prometheus.Collector {
+func NewCollector(conn Conn) prometheus.Collector {
 	return &collector{
-		inspector: asynq.NewInspectorFromRedisClient(conn.Redis()),
+		inspector: asynq.NewInspector(conn),
 		pending:   prometheus.NewDesc("runbox_queue_pending", "Runs waiting in the queue for an executor.", nil, nil),
 		active:    prometheus.NewDesc("runbox_queue_active", "Runs an executor is working on.", nil, nil),
 	}

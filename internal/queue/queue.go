@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 const (
@@ -30,7 +28,7 @@ const (
 )
 
 // Payload is what a run task carries: the run's id. What to run is in the
-// run's record (store.Spec), so the dashboard does not show users' code.
+// run's record (the store's Spec), so the dashboard does not show users' code.
 type Payload struct {
 	RunID string `json:"run_id"`
 }
@@ -75,10 +73,9 @@ type Client struct {
 
 // NewClient returns a client on conn, whose connections the process
 // shares with the store (and, in an executor, asynq's server): one pool
-// per process. Closing conn is the caller's.
-func NewClient(conn *store.Conn) *Client {
-	rdb := conn.Redis()
-	return &Client{c: asynq.NewClientFromRedisClient(rdb), in: asynq.NewInspectorFromRedisClient(rdb)}
+// per process (see Conn). Closing conn is the caller's.
+func NewClient(conn Conn) *Client {
+	return &Client{c: asynq.NewClient(conn), in: asynq.NewInspector(conn)}
 }
 
 // Enqueue queues a run. A run whose task is already waiting or being
@@ -121,14 +118,16 @@ func (c *Client) Enqueue(ctx context.Context, runID string, timeout time.Duratio
 	return true, nil
 }
 
-// SharedConn hands asynq's parts that only take a connection option (the
-// dashboard, asynqmon) the process's one client, so that they open no pool
-// of their own. What is made from it must not be closed: the client is the
-// process's.
-type SharedConn struct{ Conn *store.Conn }
-
-// MakeRedisClient implements asynq.RedisConnOpt.
-func (c SharedConn) MakeRedisClient() any { return c.Conn.Redis() }
+// Conn is the process's one pool of connections to Redis (the store's
+// Conn), as asynq takes it: a connection option whose MakeRedisClient
+// returns that pool's client, wrapped so that closing it does nothing.
+// asynq's parts made from it (asynq.NewClient, NewServer, NewInspector,
+// asynqmon) thus open no pool of their own, and closing or shutting them
+// down leaves the process's open. asynq's constructors that take a shared
+// client (NewClientFromRedisClient and its kin) name go-redis's type,
+// which only the store imports; this option carries the client without
+// naming it.
+type Conn = asynq.RedisConnOpt
 
 // Logger adapts slog to asynq's logger.
 type Logger struct{ L *slog.Logger }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Only a conversation's head is in the queue; the runs behind it wait in
@@ -20,16 +19,41 @@ import (
 // itself: younger ones are being enqueued by whoever admitted them.
 const sweepAge = 2 * time.Second
 
+// Runs is what the Scheduler reads and moves of runs and of their
+// conversations' queues (the store's Runs).
+type Runs interface {
+	// Spec is what run id was asked to do.
+	Spec(ctx context.Context, id string) (runbox.Spec, error)
+	// Owner is the executor that holds conversation cid's sandbox, or "".
+	Owner(ctx context.Context, cid string) (string, error)
+	// Wake announces run id, just enqueued, to an idle executor (executor
+	// first, when not "").
+	Wake(ctx context.Context, id, executor string) error
+	// ReleaseGated lets in the runs of batches waiting in their clients'
+	// gates that now have room, and says how many.
+	ReleaseGated(ctx context.Context) (int, error)
+	// Heads lists the conversations that have a head, and their heads.
+	Heads(ctx context.Context) ([]runbox.ConversationHead, error)
+	// Advance moves a conversation past its head, which ended, and
+	// returns the run that heads it now.
+	Advance(ctx context.Context, h runbox.ConversationHead) (string, error)
+	// StaleParallel lists parallel runs made before cutoff and not yet
+	// claimed, up to n; ForgetParallel drops some of them.
+	StaleParallel(ctx context.Context, cutoff time.Time, n int) ([]string, error)
+	ForgetParallel(ctx context.Context, ids ...string) error
+	Run(ctx context.Context, id string) (runbox.Run, error)
+}
+
 // Scheduler enqueues runs when their turn comes.
 type Scheduler struct {
-	store *store.Store
+	runs  Runs
 	queue *Client
 	log   *slog.Logger
 }
 
 // NewScheduler returns a Scheduler.
-func NewScheduler(st *store.Store, q *Client, log *slog.Logger) *Scheduler {
-	return &Scheduler{store: st, queue: q, log: log}
+func NewScheduler(st Runs, q *Client, log *slog.Logger) *Scheduler {
+	return &Scheduler{runs: st, queue: q, log: log}
 }
 
 // Enqueue queues a run that heads its conversation. An empty id is
@@ -38,7 +62,7 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 	if id == "" {
 		return nil
 	}
-	spec, err := s.store.Spec(ctx, id)
+	spec, err := s.runs.Spec(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -48,7 +72,7 @@ func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
 // EnqueueSpec queues a run that heads its conversation, as Enqueue does,
 // for a caller that has its spec (it made the run).
 func (s *Scheduler) EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error {
-	owner, err := s.store.Owner(ctx, spec.ConversationID)
+	owner, err := s.runs.Owner(ctx, spec.ConversationID)
 	if err != nil {
 		return err
 	}
@@ -77,7 +101,7 @@ func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, ow
 	}
 	// An idle executor takes it now rather than at its next poll; if the
 	// announcement is lost, the poll still finds the task.
-	if err := s.store.Wake(ctx, id, owner); err != nil {
+	if err := s.runs.Wake(ctx, id, owner); err != nil {
 		s.log.Warn("announce a run", "run", id, "err", err)
 	}
 	return nil
@@ -88,12 +112,12 @@ func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, ow
 // of batches waiting in their clients' gates that now have room (a
 // process that ended a run may have died before it let the next in).
 func (s *Scheduler) Sweep(ctx context.Context) {
-	if n, err := s.store.ReleaseGated(ctx); err != nil {
+	if n, err := s.runs.ReleaseGated(ctx); err != nil {
 		s.log.Warn("let in waiting runs of batches", "err", err)
 	} else if n > 0 {
 		s.log.Debug("let in waiting runs of batches", "runs", n)
 	}
-	heads, err := s.store.Heads(ctx)
+	heads, err := s.runs.Heads(ctx)
 	if err != nil {
 		s.log.Warn("sweep conversations", "err", err)
 		return
@@ -113,14 +137,14 @@ const sweepBatch = 200
 // after they were made — enqueueing one that is waiting in a queue does
 // nothing — and forgets those that are not queued any more.
 func (s *Scheduler) sweepParallel(ctx context.Context) {
-	ids, err := s.store.StaleParallel(ctx, time.Now().Add(-sweepAge), sweepBatch)
+	ids, err := s.runs.StaleParallel(ctx, time.Now().Add(-sweepAge), sweepBatch)
 	if err != nil {
 		s.log.Warn("sweep parallel runs", "err", err)
 		return
 	}
 	var gone []string
 	for _, id := range ids {
-		run, err := s.store.Run(ctx, id)
+		run, err := s.runs.Run(ctx, id)
 		switch {
 		case errors.Is(err, runbox.ErrRunNotFound) || err == nil && run.Status != runbox.StatusQueued:
 			gone = append(gone, id)
@@ -132,13 +156,13 @@ func (s *Scheduler) sweepParallel(ctx context.Context) {
 			}
 		}
 	}
-	if err := s.store.ForgetParallel(ctx, gone...); err != nil {
+	if err := s.runs.ForgetParallel(ctx, gone...); err != nil {
 		s.log.Warn("sweep parallel runs", "err", err)
 	}
 }
 
 func (s *Scheduler) sweep(ctx context.Context, h runbox.ConversationHead) error {
-	run, err := s.store.Run(ctx, h.Run)
+	run, err := s.runs.Run(ctx, h.Run)
 	switch {
 	case errors.Is(err, runbox.ErrRunNotFound):
 	case err != nil:
@@ -151,7 +175,7 @@ func (s *Scheduler) sweep(ctx context.Context, h runbox.ConversationHead) error 
 	case !run.Status.Final():
 		return nil // running: its executor or the watchdog will end it
 	}
-	next, err := s.store.Advance(ctx, h)
+	next, err := s.runs.Advance(ctx, h)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Webhooks wait in a queue of their own, each a task whose id is the
@@ -51,8 +49,8 @@ type Webhooks struct {
 
 // NewWebhooks returns Webhooks on conn, the process's connection (closed
 // by the caller).
-func NewWebhooks(conn *store.Conn) *Webhooks {
-	return &Webhooks{client: asynq.NewClientFromRedisClient(conn.Redis()), inspector: asynq.NewInspectorFromRedisClient(conn.Redis())}
+func NewWebhooks(conn Conn) *Webhooks {
+	return &Webhooks{client: asynq.NewClient(conn), inspector: asynq.NewInspector(conn)}
 }
 
 // Enqueue makes webhook id's task, once: asynq refuses a second task of
@@ -119,8 +117,8 @@ type WebhookWorker struct {
 
 // NewWebhookWorker returns a WebhookWorker for h on conn, the process's
 // connection; log is the webhooks'.
-func NewWebhookWorker(conn *store.Conn, h WebhookHandler, log *slog.Logger) *WebhookWorker {
-	return &WebhookWorker{h: h, srv: asynq.NewServerFromRedisClient(conn.Redis(), asynq.Config{
+func NewWebhookWorker(conn Conn, h WebhookHandler, log *slog.Logger) *WebhookWorker {
+	return &WebhookWorker{h: h, srv: asynq.NewServer(conn, asynq.Config{
 		Concurrency: WebhookConcurrency,
 		Queues:      map[string]int{WebhookQueue: 1},
 		RetryDelayFunc: func(n int, _ error, t *asynq.Task) time.Duration {

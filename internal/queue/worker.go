@@ -8,15 +8,13 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Worker hands one executor the run tasks of its own queue
 // (ExecutorQueue) and of the shared one: asynq's server, on the process's
 // connection.
 type Worker struct {
-	conn     *store.Conn
+	conn     Conn
 	executor string
 	log      *slog.Logger
 	srv      *asynq.Server
@@ -24,7 +22,7 @@ type Worker struct {
 
 // NewWorker returns a Worker for executor on conn, the process's
 // connection (closed by the caller); log is the executor's.
-func NewWorker(conn *store.Conn, executor string, log *slog.Logger) *Worker {
+func NewWorker(conn Conn, executor string, log *slog.Logger) *Worker {
 	return &Worker{conn: conn, executor: executor, log: log}
 }
 
@@ -32,7 +30,7 @@ func NewWorker(conn *store.Conn, executor string, log *slog.Logger) *Worker {
 // concurrency at once, asking for them every poll when idle. A task that
 // is not a run's is dropped, never retried.
 func (w *Worker) Start(concurrency int, poll time.Duration, handle func(ctx context.Context, runID string) error) error {
-	w.srv = asynq.NewServerFromRedisClient(w.conn.Redis(), asynq.Config{
+	w.srv = asynq.NewServer(w.conn, asynq.Config{
 		Concurrency: concurrency,
 		// Its own queue (the conversations whose sandbox it holds) more
 		// often than the shared one, never only: new conversations must
@@ -70,7 +68,7 @@ func (w *Worker) Shutdown() { w.srv.Shutdown() }
 // the dashboard) when nothing waits in it; what does is enqueued again
 // for any executor by the sweep once this one is gone.
 func (w *Worker) RemoveQueue() {
-	in := asynq.NewInspectorFromRedisClient(w.conn.Redis()) // holds no connection of its own: never closed
+	in := asynq.NewInspector(w.conn) // shares the process's connection: never closed
 	err := in.DeleteQueue(ExecutorQueue(w.executor), false)
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		w.log.Info("keep the executor's queue", "err", err)

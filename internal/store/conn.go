@@ -46,12 +46,20 @@ func (c *Conn) Ping(ctx context.Context) error { return c.rdb.Ping(ctx).Err() }
 func (c *Conn) Close() error { return c.rdb.Close() }
 
 // Redis returns the client itself, for the store's packages, which speak
-// Redis, and for asynq, whose constructors (asynq.NewClientFromRedisClient
-// and its kin) take a go-redis client: given this one, the queue's parts
-// share the process's connections instead of opening pools of their own,
-// and what they make must not close it. Packages outside the store only
-// pass it on to asynq, without naming its type: they send no command.
+// Redis.
 func (c *Conn) Redis() redis.UniversalClient { return c.rdb }
+
+// MakeRedisClient returns the process's client wrapped so that closing it
+// does nothing. It implements asynq.RedisConnOpt (queue.Conn): asynq's
+// parts made from the Conn share its pool instead of opening their own,
+// and close the wrapper, not the pool, when they are closed or shut down.
+// The Conn's Close closes the pool.
+func (c *Conn) MakeRedisClient() any { return sharedClient{c.rdb} }
+
+// sharedClient is the process's client, whose Close is its Conn's.
+type sharedClient struct{ redis.UniversalClient }
+
+func (sharedClient) Close() error { return nil }
 
 // WatchWrites has every command's reply watched for Redis refusing
 // writes, and returns the watch, whose metrics go to reg.
