@@ -170,17 +170,17 @@ func (a *apiProcess) startCore(ctx context.Context) error {
 	// What runs cost in waits on Redis (make bench reads it).
 	a.rds.Conn.CountRoundTrips(a.registry)
 	a.st = store.New(a.rds.Conn)
-	a.hub = stream.NewHub(a.rds.Conn, a.st, a.log)
+	a.hub = stream.NewHub(a.rds.Conn, a.st.Runs, a.log)
 	a.parts = append(a.parts, started(func() { a.hub.Close() }))
 	a.sched = queue.NewScheduler(a.st, queue.NewClient(a.rds.Conn), a.log)
-	secret, err := Secret(ctx, a.cfg, a.st)
+	secret, err := Secret(ctx, a.cfg, a.st.Conversations)
 	if err != nil {
 		return err
 	}
 	a.secret, a.signer = secret, Signer(a.cfg, secret)
 	a.ready = map[string]api.Check{"redis": func(ctx context.Context) error { return writes.Check(ctx) }}
 	a.clock = clockwork.NewRealClock()
-	a.elector = leader.NewElector(a.st, "api", a.clock, a.log)
+	a.elector = leader.NewElector(a.st.Executors, "api", a.clock, a.log)
 	return a.start(context.WithoutCancel(ctx), a.elector)
 }
 
@@ -193,11 +193,11 @@ func (a *apiProcess) startFiles(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.fileStore, a.state = workcopy.NewVersioned(s3, a.st), s3
+		a.fileStore, a.state = workcopy.NewVersioned(s3, a.st.Conversations), s3
 		a.archive = s3.AuditArchive()
 		a.ready["files"] = s3.Ping
 		if a.cfg.FileRetention > 0 {
-			a.janitor = append(a.janitor, conversations.NewExpiry(a.fileStore, a.st, a.cfg.FileRetention, a.clock,
+			a.janitor = append(a.janitor, conversations.NewExpiry(a.fileStore, a.st.Conversations, a.cfg.FileRetention, a.clock,
 				a.elector.Every, a.log))
 		}
 		return nil
@@ -210,7 +210,7 @@ func (a *apiProcess) startFiles(ctx context.Context) error {
 	if a.archive, err = audit.NewDirArchive(filepath.Join(a.cfg.SandboxRoot, ".audit")); err != nil {
 		return err
 	}
-	a.janitor = append(a.janitor, conversations.NewJanitor(folders, a.st, a.cfg.SessionTTL, a.cfg.FileRetention,
+	a.janitor = append(a.janitor, conversations.NewJanitor(folders, a.st.Conversations, a.cfg.SessionTTL, a.cfg.FileRetention,
 		a.elector.Every, a.log))
 	return nil
 }
@@ -230,11 +230,11 @@ func (a *apiProcess) startExecutors(ctx context.Context) error {
 	}
 	// The leader runs the watchdog; the api takes part, so that lost runs
 	// end even when no executor is left.
-	if err := a.start(context.WithoutCancel(ctx), watchdog.New(a.st, a.sched, a.elector.Every, a.log)); err != nil {
+	if err := a.start(context.WithoutCancel(ctx), watchdog.New(a.st.Runs, a.sched, a.elector.Every, a.log)); err != nil {
 		return err
 	}
 	a.ready["executors"] = func(ctx context.Context) error {
-		infos, err := a.st.Executors(ctx)
+		infos, err := a.st.Executors.LiveExecutors(ctx)
 		if err == nil && len(infos) == 0 {
 			err = errors.New("no executor is running")
 		}
@@ -269,7 +269,7 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 	a.hooks, a.runs.Callbacks = hooks, hooks
 	// Forks get their source's kept state re-sealed here, in the api, with
 	// the deployment's secret, as executors seal it: never in a sandbox.
-	forker := snapshot.NewKeeper(a.state, a.st, a.secret, a.log.With("component", "snapshot"))
+	forker := snapshot.NewKeeper(a.state, a.st.Conversations, a.secret, a.log.With("component", "snapshot"))
 	a.convs = conversations.NewService(a.fileStore, a.signer, a.runs, a.st, forker, conversations.Limits{
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
@@ -298,7 +298,7 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 // export's repositories.
 func (a *apiProcess) startMCP(ctx context.Context) error {
 	cfg := a.cfg
-	a.sessions = sessions.New(a.st, cfg.SessionTTL, a.clock, a.log)
+	a.sessions = sessions.New(a.st.Sessions, cfg.SessionTTL, a.clock, a.log)
 	executions := commands.New(a.runs, a.convs, a.st, a.sessions, commands.Limits{
 		TimeoutSeconds: int(cfg.CommandTimeout / time.Second), PerSession: cfg.MaxPerSession,
 		Total: cfg.MaxConcurrent, MaxCommandBytes: cfg.MaxCode,
@@ -312,7 +312,7 @@ func (a *apiProcess) startMCP(ctx context.Context) error {
 	if cfg.Git == nil {
 		return nil
 	}
-	git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Owners: a.st, Files: a.fileStore, Audit: a.recorder,
+	git, err := gitexport.New(gitexport.Options{Git: cfg.Git, Owners: a.st.Git, Files: a.fileStore, Audit: a.recorder,
 		Clock: a.clock, Log: a.log})
 	if err != nil {
 		return err

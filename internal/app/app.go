@@ -157,7 +157,7 @@ func Folders(cfg *config.Config) (*files.Folders, error) {
 // (processes then share no folder). Download links are signed with it;
 // the keys of preview capabilities and of the api's link to executors are
 // derived from it.
-func Secret(ctx context.Context, cfg *config.Config, st *store.Store) ([]byte, error) {
+func Secret(ctx context.Context, cfg *config.Config, st *store.Conversations) ([]byte, error) {
 	switch {
 	case len(cfg.FileSecret) > 0:
 		return cfg.FileSecret, nil
@@ -217,11 +217,11 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 	if err != nil {
 		return nil, err
 	}
-	secret, err := Secret(ctx, cfg, st)
+	secret, err := Secret(ctx, cfg, st.Conversations)
 	if err != nil {
 		return nil, err
 	}
-	copies, stateBlobs, err := workingCopies(ctx, cfg, folders, st, log)
+	copies, stateBlobs, err := workingCopies(ctx, cfg, folders, st.Conversations, log)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 	if err != nil {
 		return nil, err
 	}
-	state := snapshot.NewKeeper(stateBlobs, st, secret, log.With("component", "snapshot"))
+	state := snapshot.NewKeeper(stateBlobs, st.Conversations, secret, log.With("component", "snapshot"))
 	sandboxes, err := sandboxManager(ctx, cfg, st, engine, folders, proxy, state, log)
 	if err != nil {
 		return nil, err
@@ -293,7 +293,7 @@ func executorLink(cfg *config.Config, standalone bool) (net.Listener, string, er
 // Kept interpreters' saved state (snapshot.Blobs) goes to the
 // conversations' storage: the bucket with a remote file store (any
 // executor may take a conversation up), else the host folder.
-func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folders, st *store.Store,
+func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folders, st *store.Conversations,
 	log *slog.Logger) (*workcopy.Copies, snapshot.Blobs, error) {
 	if cfg.FileStore == nil {
 		return nil, folders, nil
@@ -364,7 +364,7 @@ func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, en
 	if err != nil {
 		return nil, fmt.Errorf("config: SANDBOX_MAX_WARM: %w", err)
 	}
-	deployment, err := st.Deployment(ctx)
+	deployment, err := st.Executors.Deployment(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -413,7 +413,7 @@ func executorBackground(cfg *config.Config, st *store.Store, folders *files.Fold
 		// A working copy whose conversation went idle is removed here (the
 		// store keeps the files); its next run here fetches it again. Every
 		// executor sweeps its own.
-		janitor := conversations.NewJanitor(folders, st, cfg.SessionTTL, 2*cfg.SessionTTL,
+		janitor := conversations.NewJanitor(folders, st.Conversations, cfg.SessionTTL, 2*cfg.SessionTTL,
 			lifecycle.Periodic(clockwork.NewRealClock()), log)
 		janitor.BeforeRemove(copies.Forget)
 		background = append(background, janitor)

@@ -65,7 +65,7 @@ func startPreviews(ctx context.Context, cfg *config.Config, d previewDeps) (*pre
 	if d.executor != nil {
 		lk = link.Local{ID: cfg.ExecutorID, Backend: d.executor.Executor}
 	} else {
-		lk = link.NewRemote(d.store, link.Key(d.secret))
+		lk = link.NewRemote(d.store.Executors, link.Key(d.secret))
 	}
 	p := &previews{}
 	p.service = preview.NewService(preview.Options{Key: preview.Key(d.secret), Domain: domain, TTL: cfg.PreviewURLTTL,
@@ -83,7 +83,7 @@ func startPreviews(ctx context.Context, cfg *config.Config, d previewDeps) (*pre
 	}
 	projects.Register(d.mcp, proj, checks)
 
-	p.background = lifecycle.Group{p.router, projects.NewJanitor(d.store, d.convs, d.elector.Every, d.clock, d.log)}
+	p.background = lifecycle.Group{p.router, projects.NewJanitor(d.store.Projects, d.convs, d.elector.Every, d.clock, d.log)}
 	if err := p.background.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, err
 	}

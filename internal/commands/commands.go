@@ -49,8 +49,9 @@ const (
 	maxCommandShown = 4 << 10
 )
 
-// Store keeps the sessions' executions (*store.Store), and says what the
-// executors offer and how many runs a client has going.
+// Store keeps the sessions' executions, and says what the executors
+// offer and how many runs a client has going (store.Sessions, Executors
+// and Limits: a *store.Store).
 type Store interface {
 	ReserveExecution(ctx context.Context, ref runbox.SessionRef, limits runbox.ExecutionLimits) (runbox.Reservation, error)
 	Release(ctx context.Context, r runbox.Reservation) error

@@ -18,7 +18,6 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/runs"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Limits bound what clients send and get.
@@ -29,12 +28,32 @@ type Limits struct {
 	MaxInlineImageBytes int64
 }
 
+// Store is what the Service reads and writes of runs and conversations
+// (the store's Runs and Conversations: a *store.Store).
+type Store interface {
+	Busy
+	Run(ctx context.Context, id string) (runbox.Run, error)
+	// RecentRuns lists up to n runs of the conversation key cid, newest
+	// first.
+	RecentRuns(ctx context.Context, client, cid string, n int) ([]runbox.Run, error)
+	// PublishClosed tells the executors that conversation cid is closed.
+	PublishClosed(ctx context.Context, cid string) error
+	// Mark reads what conversation cid looks like now, ClaimConversations
+	// claims ids for new conversations for ttl (returning one in use, if
+	// any), ReleaseConversations lets them go (forks).
+	Mark(ctx context.Context, cid string) (runbox.Mark, error)
+	ClaimConversations(ctx context.Context, cids []string, ttl time.Duration) (string, error)
+	ReleaseConversations(ctx context.Context, cids []string) error
+	// Retention is how long runs are kept.
+	Retention() time.Duration
+}
+
 // Service serves conversations' files.
 type Service struct {
 	files  runbox.FileStore
 	signer *files.Signer
 	runs   *runs.Service
-	store  *store.Store
+	store  Store
 	// state copies kept state to forks; nil where there is none to copy.
 	state  StateForker
 	limits Limits
@@ -45,7 +64,7 @@ type Service struct {
 
 // NewService returns a Service; state (nil for none) gives forks their
 // source's kept state.
-func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st *store.Store, state StateForker,
+func NewService(fs runbox.FileStore, signer *files.Signer, rs *runs.Service, st Store, state StateForker,
 	limits Limits) *Service {
 	return &Service{files: fs, signer: signer, runs: rs, store: st, state: state, limits: limits, closeWait: time.Minute}
 }
@@ -246,7 +265,7 @@ func (s *Service) Close(ctx context.Context, cid string) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.store.Runs(ctx, "", key, 1000)
+	list, err := s.store.RecentRuns(ctx, "", key, 1000)
 	if err != nil {
 		return err
 	}

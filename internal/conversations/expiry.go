@@ -9,21 +9,35 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // Expiry removes from a remote file store the conversations whose files
 // were not used for retention (SANDBOX_FILE_RETENTION). Every upload and
-// every run marks a use (store.FilesChanged, store.FilesUsed); a
+// every run marks a use (the store's FilesChanged, FilesUsed); a
 // conversation with a run queued or running is never touched.
 type Expiry struct {
 	lifecycle.Base
 	schedule  lifecycle.Schedule
 	files     runbox.FileStore
-	store     *store.Store
+	store     Usage
 	retention time.Duration
 	clock     clockwork.Clock
 	log       *slog.Logger
+}
+
+// Usage is what Expiry reads of conversations' use (the store's
+// Conversations).
+type Usage interface {
+	// FilesUnusedSince lists up to n conversations whose files were last
+	// used before t.
+	FilesUnusedSince(ctx context.Context, t time.Time, n int64) ([]string, error)
+	Busy
+}
+
+// Busy tells whether a conversation has a run queued or running (the
+// store's Conversations).
+type Busy interface {
+	Busy(ctx context.Context, cid string) (bool, error)
 }
 
 // expiryBatch bounds the conversations one sweep removes.
@@ -31,7 +45,7 @@ const expiryBatch = 100
 
 // NewExpiry returns an Expiry; fs is the store as the api changes it
 // (workcopy.Versioned), so that a removal also drops the version.
-func NewExpiry(fs runbox.FileStore, st *store.Store, retention time.Duration, clock clockwork.Clock, schedule lifecycle.Schedule, log *slog.Logger) *Expiry {
+func NewExpiry(fs runbox.FileStore, st Usage, retention time.Duration, clock clockwork.Clock, schedule lifecycle.Schedule, log *slog.Logger) *Expiry {
 	return &Expiry{files: fs, store: st, retention: retention, clock: clock, schedule: schedule, log: log.With("component", "expiry")}
 }
 

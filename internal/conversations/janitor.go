@@ -7,7 +7,6 @@ import (
 
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
-	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // JanitorInterval is how often the janitor looks at conversations.
@@ -21,7 +20,7 @@ type Janitor struct {
 	lifecycle.Base
 	schedule  lifecycle.Schedule
 	folders   *files.Folders
-	store     *store.Store
+	store     Busy
 	idle      time.Duration
 	retention time.Duration // 0: files are kept until close_session
 	log       *slog.Logger
@@ -36,7 +35,7 @@ type Janitor struct {
 func (j *Janitor) BeforeRemove(forget func(cid string)) { j.forget = forget }
 
 // NewJanitor returns a Janitor that sweeps on schedule.
-func NewJanitor(folders *files.Folders, st *store.Store, sessionTTL, retention time.Duration, schedule lifecycle.Schedule, log *slog.Logger) *Janitor {
+func NewJanitor(folders *files.Folders, st Busy, sessionTTL, retention time.Duration, schedule lifecycle.Schedule, log *slog.Logger) *Janitor {
 	return &Janitor{folders: folders, store: st, idle: 2 * sessionTTL, retention: retention, schedule: schedule,
 		log: log.With("component", "janitor")}
 }

@@ -92,7 +92,7 @@ type Config struct {
 // Executor takes runs off the queue and runs them.
 type Executor struct {
 	cfg       Config
-	store     *store.Store
+	store     Store
 	sandboxes Sandboxes
 	folders   Workspace
 	signer    *files.Signer
@@ -158,7 +158,7 @@ type Scheduler interface {
 }
 
 // New returns an Executor that takes its runs from tasks. Start starts it.
-func New(cfg Config, tasks Tasks, st *store.Store, sched Scheduler, sandboxes Sandboxes,
+func New(cfg Config, tasks Tasks, st Store, sched Scheduler, sandboxes Sandboxes,
 	folders Workspace, signer *files.Signer, log *slog.Logger) *Executor {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease

@@ -50,7 +50,7 @@ type peerReaper struct {
 // peerStore is what the reaper asks of the store.
 type peerStore interface {
 	Beats(ctx context.Context, ids ...string) (map[string]int64, error)
-	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
+	LiveExecutors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 	ReleaseDead(ctx context.Context, executor string, seen int64) (released bool, runs []string, err error)
 }
 
@@ -67,7 +67,7 @@ func (r *peerReaper) reapLapsed(ctx context.Context) {
 		r.log.Warn("reap the sandboxes of dead executors", "err", err)
 		return
 	}
-	infos, err := r.store.Executors(ctx)
+	infos, err := r.store.LiveExecutors(ctx)
 	if err != nil {
 		r.log.Warn("reap the sandboxes of dead executors", "err", err)
 		return

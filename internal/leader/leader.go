@@ -24,7 +24,7 @@ const (
 	TTL = 5 * time.Second
 )
 
-// Lease is the leader lease in the shared state (*store.Store).
+// Lease is the leader lease in the shared state (store.Executors).
 type Lease interface {
 	// Lead takes or renews the lease for holder, for ttl; it reports
 	// whether holder holds it.

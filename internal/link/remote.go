@@ -43,7 +43,7 @@ type cachedAddr struct {
 var _ Link = (*Remote)(nil)
 
 // Executors reads what executors announce in their heartbeats
-// (*store.Store): ExecutorInfo returns runbox.ErrExecutorGone for one that
+// (store.Executors): ExecutorInfo returns runbox.ErrExecutorGone for one that
 // is not alive.
 type Executors interface {
 	ExecutorInfo(ctx context.Context, id string) (runbox.ExecutorInfo, error)

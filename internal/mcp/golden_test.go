@@ -328,7 +328,7 @@ func (h *allFamilies) finish(t *testing.T, cid string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		list, _ := h.store.Runs(ctx, "", cid, 10)
+		list, _ := h.store.RecentRuns(ctx, "", cid, 10)
 		for _, r := range list {
 			id := r.ID
 			if ok, _ := h.store.Claim(ctx, id, "fake", time.Minute); !ok {

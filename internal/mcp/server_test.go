@@ -74,7 +74,7 @@ func (f *fixture) finish(t *testing.T, cid string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		runs, _ := f.store.Runs(ctx, "", cid, 10)
+		runs, _ := f.store.RecentRuns(ctx, "", cid, 10)
 		for _, r := range runs {
 			id := r.ID
 			if ok, _ := f.store.Claim(ctx, id, "fake", time.Minute); !ok {

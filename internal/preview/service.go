@@ -31,13 +31,13 @@ func Key(secret []byte) []byte {
 const maxCached = 10000
 
 // Store keeps preview records and tells where conversations' sandboxes
-// are (*store.Store). Preview returns runbox.ErrPreviewNotFound for a
-// record that does not exist.
+// are (store.Previews and Executors: a *store.Store). Preview returns
+// runbox.ErrPreviewNotFound for a record that does not exist.
 type Store interface {
 	SavePreview(ctx context.Context, id string, rec runbox.PreviewRecord, expires time.Time) error
 	Preview(ctx context.Context, id string) (runbox.PreviewRecord, error)
 	Owner(ctx context.Context, cid string) (string, error)
-	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
+	LiveExecutors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 }
 
 // Service issues and resolves preview URLs.
@@ -128,7 +128,7 @@ func (s *Service) find(ctx context.Context, key string, port int) (string, []str
 	if err != nil {
 		return "", nil, err
 	}
-	infos, err := s.store.Executors(ctx)
+	infos, err := s.store.LiveExecutors(ctx)
 	if err != nil {
 		return "", nil, err
 	}

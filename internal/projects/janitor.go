@@ -31,7 +31,7 @@ type Janitor struct {
 }
 
 // Expiry lists and removes the projects whose time is over
-// (*store.Store).
+// (store.Projects).
 type Expiry interface {
 	ExpiredProjects(ctx context.Context, now time.Time, n int64) ([]string, error)
 	RemoveProject(ctx context.Context, cid string) error

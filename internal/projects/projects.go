@@ -35,14 +35,14 @@ const startTimeout = 90 * time.Second
 const pollInterval = 200 * time.Millisecond
 
 // Store keeps the projects and tells where their runs and sandboxes are
-// (*store.Store). Project returns runbox.ErrProjectNotFound for one that
-// does not exist.
+// (store.Projects, Runs and Executors: a *store.Store). Project returns
+// runbox.ErrProjectNotFound for one that does not exist.
 type Store interface {
 	SaveProject(ctx context.Context, p runbox.Project) error
 	Project(ctx context.Context, cid string) (runbox.Project, error)
 	SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error
 	Owner(ctx context.Context, cid string) (string, error)
-	Executors(ctx context.Context) ([]runbox.ExecutorInfo, error)
+	LiveExecutors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
 	Executor(ctx context.Context, id string) (string, error)
 }
@@ -146,7 +146,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Created, error) {
 
 // template finds an installed template and the executors that offer it.
 func (s *Service) template(ctx context.Context, name string) (runbox.Template, []string, error) {
-	infos, err := s.store.Executors(ctx)
+	infos, err := s.store.LiveExecutors(ctx)
 	if err != nil {
 		return runbox.Template{}, nil, err
 	}

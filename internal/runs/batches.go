@@ -71,7 +71,7 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	case len(req.IdempotencyKey) > 200:
 		return BatchCreated{}, runbox.Errorf(runbox.EInvalid, "idempotency_key is longer than 200 bytes")
 	}
-	infos, err := s.store.Executors(ctx)
+	infos, err := s.store.LiveExecutors(ctx)
 	if err != nil {
 		return BatchCreated{}, err
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/egress"
-	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/store/stream"
 )
 
@@ -128,7 +127,7 @@ func (r StartRequest) Spec() runbox.Spec {
 
 // Service submits and follows runs.
 type Service struct {
-	store  *store.Store
+	store  Store
 	hub    *stream.Hub
 	sched  Scheduler
 	limits Limits
@@ -164,7 +163,7 @@ type Scheduler interface {
 }
 
 // NewService returns a Service.
-func NewService(st *store.Store, hub *stream.Hub, sched Scheduler, limits Limits, log *slog.Logger) *Service {
+func NewService(st Store, hub *stream.Hub, sched Scheduler, limits Limits, log *slog.Logger) *Service {
 	return &Service{store: st, hub: hub, sched: sched, limits: limits, log: log}
 }
 

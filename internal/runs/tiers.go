@@ -92,7 +92,7 @@ func (s *Service) admitSandboxes(ctx context.Context) error {
 	if s.limits.MaxSessions == 0 {
 		return nil
 	}
-	n, err := s.store.Conversations(ctx)
+	n, err := s.store.HeldConversations(ctx)
 	if err != nil {
 		return err
 	}

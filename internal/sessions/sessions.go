@@ -76,7 +76,7 @@ func From(ctx context.Context) (Ref, bool) {
 	return ref, ok
 }
 
-// Store keeps the sessions (*store.Store).
+// Store keeps the sessions (store.Sessions).
 type Store interface {
 	OpenSession(ctx context.Context, ref Ref, ttl time.Duration) error
 	TouchSession(ctx context.Context, ref Ref, ttl time.Duration) (bool, error)

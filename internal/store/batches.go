@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
@@ -33,14 +31,22 @@ import (
 // and its settings runbox:client:<c>:gate:conf (limit, and where asynq
 // keeps the queue's tasks), and the clients with a gate runbox:gates.
 
-func batchKey(id string) string     { return prefix + "batch:{" + id + "}" }
+func batchKey(id string) string { return prefix + "batch:{" + id + "}" }
+
 func batchRunsKey(id string) string { return prefix + "batch:{" + id + "}:runs" }
-func gateKey(client string) string  { return prefix + "client:" + client + ":gate" }
+
+func gateKey(client string) string { return prefix + "client:" + client + ":gate" }
+
 func gateConfKey(client string) string {
 	return prefix + "client:" + client + ":gate:conf"
 }
 
 const gatesKey = prefix + "gates"
+
+// Batches keeps batches of runs: their records and counts, their runs
+// recorded and enqueued in one script, and the clients' gates their runs
+// wait in.
+type Batches struct{ *base }
 
 // releaseMax bounds the runs one release lets in.
 const releaseMax = 1000
@@ -164,7 +170,7 @@ return {'created', ARGV[1], tostring(admitted)}
 // leaves room for and enqueues those that head their conversations, in
 // one script. It returns the batch's id: an earlier batch's, with created
 // false, when the idempotency key was used before.
-func (s *Store) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, bool, error) {
+func (s *Batches) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, bool, error) {
 	ev, err := eventBody(runbox.Event{TS: nb.CreatedAt, Type: runbox.EventQueued})
 	if err != nil {
 		return "", false, err
@@ -260,7 +266,7 @@ return released
 
 // release lets the runs of client's gate in that its limit leaves room
 // for, and returns how many.
-func (s *Store) release(ctx context.Context, client string) (int, error) {
+func (s *Batches) release(ctx context.Context, client string) (int, error) {
 	now := s.now()
 	n, err := letInScript.Run(ctx, s.rdb, []string{gateKey(client), gateConfKey(client), activeRunsKey(client), gatesKey},
 		client, now.UnixMilli(), now.Add(activeRunHorizon).UnixMilli(), now.UnixNano(), prefix, s.ttlSeconds(),
@@ -274,7 +280,7 @@ func (s *Store) release(ctx context.Context, client string) (int, error) {
 // ReleaseGated lets in the waiting runs of every client with a gate that
 // has room, and returns how many: the sweep's repair of a release a
 // process did not make (it died between a run's end and the release).
-func (s *Store) ReleaseGated(ctx context.Context) (int, error) {
+func (s *Batches) ReleaseGated(ctx context.Context) (int, error) {
 	clients, err := s.rdb.SMembers(ctx, gatesKey).Result()
 	if err != nil {
 		return 0, fmt.Errorf("read gated clients: %w", err)
@@ -314,7 +320,7 @@ end
 `
 
 // Batch returns a batch's record.
-func (s *Store) Batch(ctx context.Context, id string) (runbox.BatchRecord, error) {
+func (s *Batches) Batch(ctx context.Context, id string) (runbox.BatchRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, batchKey(id)).Result()
 	if err != nil {
 		return runbox.BatchRecord{}, fmt.Errorf("read batch %s: %w", id, err)
@@ -334,7 +340,7 @@ func (s *Store) Batch(ctx context.Context, id string) (runbox.BatchRecord, error
 
 // BatchRuns returns the ids of a batch's runs from offset, up to limit
 // (all when limit is 0), in the order they were given.
-func (s *Store) BatchRuns(ctx context.Context, id string, offset, limit int) ([]string, error) {
+func (s *Batches) BatchRuns(ctx context.Context, id string, offset, limit int) ([]string, error) {
 	ids, err := s.rdb.LRange(ctx, batchRunsKey(id), int64(offset), int64(offset+limit-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read runs of batch %s: %w", id, err)
@@ -344,7 +350,7 @@ func (s *Store) BatchRuns(ctx context.Context, id string, offset, limit int) ([]
 
 // RunsOf returns the records of runs ids, in that order, in one round
 // trip; a run that expired is left out.
-func (s *Store) RunsOf(ctx context.Context, ids []string) ([]runbox.Run, error) {
+func (s *Batches) RunsOf(ctx context.Context, ids []string) ([]runbox.Run, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	for i, id := range ids {
@@ -369,7 +375,7 @@ func (s *Store) RunsOf(ctx context.Context, ids []string) ([]runbox.Run, error) 
 
 // CancellingBatch records that a batch was asked to stop, so that its
 // runs still waiting in the gate are not let in.
-func (s *Store) CancellingBatch(ctx context.Context, id string) error {
+func (s *Batches) CancellingBatch(ctx context.Context, id string) error {
 	n, err := s.rdb.Exists(ctx, batchKey(id)).Result()
 	if err != nil {
 		return fmt.Errorf("cancel batch %s: %w", id, err)
@@ -381,45 +387,4 @@ func (s *Store) CancellingBatch(ctx context.Context, id string) error {
 		return fmt.Errorf("cancel batch %s: %w", id, err)
 	}
 	return nil
-}
-
-// AllowConversations counts the conversation keys of a batch that are
-// new (seen in no run or upload lately) against perHour new
-// conversations of client, all at once; when that is over, it returns
-// how long to wait (-1: never, as more are new than an hour allows). The
-// batch's script marks them seen.
-func (s *Store) AllowConversations(ctx context.Context, client string, keys []string, perHour int) (time.Duration, error) {
-	if perHour <= 0 || len(keys) == 0 {
-		return 0, nil
-	}
-	pipe := s.rdb.Pipeline()
-	known := make(map[string]*redis.IntCmd, len(keys))
-	for _, k := range keys {
-		if _, dup := known[k]; !dup {
-			known[k] = pipe.Exists(ctx, knownConvKey(k))
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("count conversations: %w", err)
-	}
-	n := 0
-	for _, c := range known {
-		if c.Val() == 0 {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return 0, nil
-	case n > perHour:
-		return -1, nil
-	}
-	res, err := s.rate.AllowN(ctx, newConvsKey(client), redis_rate.PerHour(perHour), n)
-	if err != nil {
-		return 0, fmt.Errorf("count conversations: %w", err)
-	}
-	if res.Allowed < n {
-		return max(res.RetryAfter, time.Millisecond), nil
-	}
-	return 0, nil
 }

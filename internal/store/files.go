@@ -20,7 +20,7 @@ import (
 
 // FilesVersion returns the version of a conversation's files; 0 when it
 // has none.
-func (s *Store) FilesVersion(ctx context.Context, cid string) (int64, error) {
+func (s *Conversations) FilesVersion(ctx context.Context, cid string) (int64, error) {
 	v, err := s.rdb.Get(ctx, filesVersionKey(cid)).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("read the version of %s's files: %w", cid, err)
@@ -43,7 +43,7 @@ return {v, 0}
 // made from a copy at version seen (-1: from none), and returns the new
 // version, and whether the copy was current, so that with the change it
 // is the store's at the new version.
-func (s *Store) FilesChanged(ctx context.Context, cid string, seen int64, now time.Time) (version int64, current bool, err error) {
+func (s *Conversations) FilesChanged(ctx context.Context, cid string, seen int64, now time.Time) (version int64, current bool, err error) {
 	res, err := filesChangedScript.Run(ctx, s.rdb, []string{filesVersionKey(cid), filesClockKey, filesUsedKey},
 		seen, now.UnixMilli(), cid).Int64Slice()
 	if err != nil {
@@ -53,7 +53,7 @@ func (s *Store) FilesChanged(ctx context.Context, cid string, seen int64, now ti
 }
 
 // FilesUsed marks a use of a conversation's files that changed nothing.
-func (s *Store) FilesUsed(ctx context.Context, cid string, now time.Time) error {
+func (s *Conversations) FilesUsed(ctx context.Context, cid string, now time.Time) error {
 	if err := s.rdb.ZAdd(ctx, filesUsedKey, redis.Z{Score: float64(now.UnixMilli()), Member: cid}).Err(); err != nil {
 		return fmt.Errorf("mark the use of %s's files: %w", cid, err)
 	}
@@ -62,7 +62,7 @@ func (s *Store) FilesUsed(ctx context.Context, cid string, now time.Time) error 
 
 // FilesRemoved records that a conversation's files were removed from the
 // store: it has none, and no use.
-func (s *Store) FilesRemoved(ctx context.Context, cid string) error {
+func (s *Conversations) FilesRemoved(ctx context.Context, cid string) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, filesVersionKey(cid))
 		p.ZRem(ctx, filesUsedKey, cid)
@@ -76,7 +76,7 @@ func (s *Store) FilesRemoved(ctx context.Context, cid string) error {
 
 // FilesUnusedSince returns up to n conversations whose files were last
 // used before t.
-func (s *Store) FilesUnusedSince(ctx context.Context, t time.Time, n int64) ([]string, error) {
+func (s *Conversations) FilesUnusedSince(ctx context.Context, t time.Time, n int64) ([]string, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, filesUsedKey, &redis.ZRangeBy{
 		Min: "-inf", Max: "(" + strconv.FormatInt(t.UnixMilli(), 10), Count: n,
 	}).Result()
@@ -89,7 +89,7 @@ func (s *Store) FilesUnusedSince(ctx context.Context, t time.Time, n int64) ([]s
 // FileSecret returns the key download links are signed with, made by the
 // first process to ask, so that every api and executor sharing this Redis
 // signs alike.
-func (s *Store) FileSecret(ctx context.Context, make func() []byte) ([]byte, error) {
+func (s *Conversations) FileSecret(ctx context.Context, make func() []byte) ([]byte, error) {
 	if err := s.rdb.SetNX(ctx, fileSecretKey, make(), 0).Err(); err != nil {
 		return nil, fmt.Errorf("store the file secret: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 // an hour (AllowConversations) and claimed together, before anything is
 // copied.
 
-func (s *Store) Mark(ctx context.Context, cid string) (runbox.Mark, error) {
+func (s *Conversations) Mark(ctx context.Context, cid string) (runbox.Mark, error) {
 	pipe := s.rdb.Pipeline()
 	known := pipe.Exists(ctx, knownConvKey(cid))
 	busy := pipe.Exists(ctx, conversationHeadKey(cid), conversationLiveKey(cid))
@@ -47,7 +47,7 @@ return 0
 // ClaimConversations marks the conversation keys cids known for ttl, all
 // or none: it returns the first that was known already ("" when all are
 // now claimed).
-func (s *Store) ClaimConversations(ctx context.Context, cids []string, ttl time.Duration) (string, error) {
+func (s *Conversations) ClaimConversations(ctx context.Context, cids []string, ttl time.Duration) (string, error) {
 	keys := make([]string, len(cids))
 	for i, c := range cids {
 		keys[i] = knownConvKey(c)
@@ -64,7 +64,7 @@ func (s *Store) ClaimConversations(ctx context.Context, cids []string, ttl time.
 
 // ReleaseConversations undoes ClaimConversations, for conversations that
 // were not made after all.
-func (s *Store) ReleaseConversations(ctx context.Context, cids []string) error {
+func (s *Conversations) ReleaseConversations(ctx context.Context, cids []string) error {
 	keys := make([]string, len(cids))
 	for i, c := range cids {
 		keys[i] = knownConvKey(c)

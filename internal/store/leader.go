@@ -15,7 +15,7 @@ import (
 
 // Lead takes the leader lease for holder, or renews it if holder has it,
 // and reports whether holder leads.
-func (s *Store) Lead(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
+func (s *Executors) Lead(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
 	ok, err := lease.Take(ctx, s.rdb, leaderKey, holder, ttl)
 	if err != nil {
 		return false, fmt.Errorf("leader lease: %w", err)
@@ -25,7 +25,7 @@ func (s *Store) Lead(ctx context.Context, holder string, ttl time.Duration) (boo
 
 // Resign gives the leader lease up, if holder has it, so that another
 // process takes over at its next try.
-func (s *Store) Resign(ctx context.Context, holder string) error {
+func (s *Executors) Resign(ctx context.Context, holder string) error {
 	if err := lease.Release(ctx, s.rdb, leaderKey, holder); err != nil {
 		return fmt.Errorf("resign the leader lease: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 
 // SetOwner records executor as the holder of conversation cid's sandbox
 // for ttl.
-func (s *Store) SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error {
+func (s *Executors) SetOwner(ctx context.Context, cid, executor string, ttl time.Duration) error {
 	if err := s.rdb.Set(ctx, ownerKey(cid), executor, ttl).Err(); err != nil {
 		return fmt.Errorf("record the owner of %s: %w", cid, err)
 	}
@@ -44,7 +44,7 @@ return ""
 
 // Drain marks executor as shutting down for ttl (until Unregister): the
 // conversations it owns go to any executor from now on.
-func (s *Store) Drain(ctx context.Context, executor string, ttl time.Duration) error {
+func (s *Executors) Drain(ctx context.Context, executor string, ttl time.Duration) error {
 	if err := s.rdb.Set(ctx, drainingKey(executor), 1, ttl).Err(); err != nil {
 		return fmt.Errorf("mark %s draining: %w", executor, err)
 	}
@@ -53,7 +53,7 @@ func (s *Store) Drain(ctx context.Context, executor string, ttl time.Duration) e
 
 // Owner returns the live executor that runs conversation cid's live runs
 // or holds its sandbox, or "" when none does.
-func (s *Store) Owner(ctx context.Context, cid string) (string, error) {
+func (s *Executors) Owner(ctx context.Context, cid string) (string, error) {
 	owner, err := ownerScript.Run(ctx, s.rdb, []string{ownerKey(cid), conversationLiveKey(cid)},
 		executorKey(""), drainingKey("")).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {

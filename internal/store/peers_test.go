@@ -62,7 +62,7 @@ func TestReleaseDead(t *testing.T) {
 		if err != nil || fmt.Sprint(expired) != "[dead-1 dead-2]" {
 			t.Errorf("expired leases = %v, %v; want the dead executor's runs", expired, err)
 		}
-		infos, err := s.Executors(ctx)
+		infos, err := s.LiveExecutors(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

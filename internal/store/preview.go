@@ -12,12 +12,15 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
+// Previews keeps the records of preview URLs.
+type Previews struct{ *base }
+
 // A preview URL names a record (preview.Capability): the conversation it
 // was issued for, on which executor, and which of its sandboxes were alive
 // then. It lives until the URL expires.
 
 // SavePreview records preview id until expires.
-func (s *Store) SavePreview(ctx context.Context, id string, rec runbox.PreviewRecord, expires time.Time) error {
+func (s *Previews) SavePreview(ctx context.Context, id string, rec runbox.PreviewRecord, expires time.Time) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -29,7 +32,7 @@ func (s *Store) SavePreview(ctx context.Context, id string, rec runbox.PreviewRe
 }
 
 // Preview returns the record of preview id.
-func (s *Store) Preview(ctx context.Context, id string) (runbox.PreviewRecord, error) {
+func (s *Previews) Preview(ctx context.Context, id string) (runbox.PreviewRecord, error) {
 	var rec runbox.PreviewRecord
 	b, err := s.rdb.Get(ctx, previewKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
@@ -42,20 +45,4 @@ func (s *Store) Preview(ctx context.Context, id string) (runbox.PreviewRecord, e
 		return rec, fmt.Errorf("read preview: %w", err)
 	}
 	return rec, nil
-}
-
-// ExecutorInfo returns what a live executor announced about itself.
-func (s *Store) ExecutorInfo(ctx context.Context, id string) (runbox.ExecutorInfo, error) {
-	var info runbox.ExecutorInfo
-	b, err := s.rdb.Get(ctx, executorKey(id)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return info, runbox.ErrExecutorGone
-	}
-	if err != nil {
-		return info, fmt.Errorf("read executor %s: %w", id, err)
-	}
-	if err := json.Unmarshal(b, &info); err != nil {
-		return info, fmt.Errorf("read executor %s: %w", id, err)
-	}
-	return info, nil
 }

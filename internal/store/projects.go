@@ -13,9 +13,13 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
+// Projects keeps the records of projects (create_sandbox_for_project),
+// and when each expires.
+type Projects struct{ *base }
+
 // SaveProject records p until it expires, and when it does, for the
 // janitor (a day after, should the janitor be late).
-func (s *Store) SaveProject(ctx context.Context, p runbox.Project) error {
+func (s *Projects) SaveProject(ctx context.Context, p runbox.Project) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -30,7 +34,7 @@ func (s *Store) SaveProject(ctx context.Context, p runbox.Project) error {
 }
 
 // Project returns the live project of a conversation (its key).
-func (s *Store) Project(ctx context.Context, cid string) (runbox.Project, error) {
+func (s *Projects) Project(ctx context.Context, cid string) (runbox.Project, error) {
 	var p runbox.Project
 	b, err := s.rdb.Get(ctx, projectKey(cid)).Bytes()
 	if errors.Is(err, redis.Nil) {
@@ -47,7 +51,7 @@ func (s *Store) Project(ctx context.Context, cid string) (runbox.Project, error)
 
 // ExpiredProjects returns up to n conversations whose project expired by
 // now.
-func (s *Store) ExpiredProjects(ctx context.Context, now time.Time, n int64) ([]string, error) {
+func (s *Projects) ExpiredProjects(ctx context.Context, now time.Time, n int64) ([]string, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, projectsKey, &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: n,
 	}).Result()
@@ -58,7 +62,7 @@ func (s *Store) ExpiredProjects(ctx context.Context, now time.Time, n int64) ([]
 }
 
 // RemoveProject forgets a conversation's project.
-func (s *Store) RemoveProject(ctx context.Context, cid string) error {
+func (s *Projects) RemoveProject(ctx context.Context, cid string) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.Del(ctx, projectKey(cid))
 	pipe.ZRem(ctx, projectsKey, cid)

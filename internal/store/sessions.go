@@ -15,6 +15,10 @@ import (
 	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
+// Sessions keeps MCP sessions: when each was last used, the ones ending,
+// and their executions (commands) and the places those hold.
+type Sessions struct{ *base }
+
 // MCP sessions and the executions started in them (the commands tools).
 // A session is named by its client and its id: another client's session
 // of the same id is another session. Every api replica shares them, so a
@@ -55,7 +59,7 @@ const (
 )
 
 // OpenSession records a new session, used now.
-func (s *Store) OpenSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) error {
+func (s *Sessions) OpenSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) error {
 	now := s.now()
 	pipe := s.rdb.TxPipeline()
 	pipe.HSet(ctx, sessionKey(ref.Client, ref.ID), "created", now.UnixMilli())
@@ -72,7 +76,7 @@ func (s *Store) OpenSession(ctx context.Context, ref runbox.SessionRef, ttl time
 func safetyTTL(ttl time.Duration) time.Duration { return 2*ttl + time.Hour }
 
 // TouchSession marks a session used now and reports whether it exists.
-func (s *Store) TouchSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) (bool, error) {
+func (s *Sessions) TouchSession(ctx context.Context, ref runbox.SessionRef, ttl time.Duration) (bool, error) {
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Expire(ctx, sessionKey(ref.Client, ref.ID), safetyTTL(ttl))
 	pipe.ZAddXX(ctx, sessionsIdleKey, redis.Z{Score: float64(s.now().UnixMilli()), Member: sessionMember(ref.Client, ref.ID)})
@@ -84,17 +88,17 @@ func (s *Store) TouchSession(ctx context.Context, ref runbox.SessionRef, ttl tim
 
 // EndSession forgets a session and its executions' places; it reports
 // whether the session existed. Its runs are the caller's to cancel.
-func (s *Store) EndSession(ctx context.Context, ref runbox.SessionRef) (bool, error) {
+func (s *Sessions) EndSession(ctx context.Context, ref runbox.SessionRef) (bool, error) {
 	return s.endSession(ctx, ref, math.MaxInt64)
 }
 
 // EndIdleSession is EndSession for a session last used before cutoff
 // (IdleSessions): one used since is left open, and reported not ended.
-func (s *Store) EndIdleSession(ctx context.Context, ref runbox.SessionRef, cutoff time.Time) (bool, error) {
+func (s *Sessions) EndIdleSession(ctx context.Context, ref runbox.SessionRef, cutoff time.Time) (bool, error) {
 	return s.endSession(ctx, ref, cutoff.UnixMilli())
 }
 
-func (s *Store) endSession(ctx context.Context, ref runbox.SessionRef, cutoff int64) (bool, error) {
+func (s *Sessions) endSession(ctx context.Context, ref runbox.SessionRef, cutoff int64) (bool, error) {
 	n, err := endSessionScript.Run(ctx, s.rdb,
 		[]string{sessionKey(ref.Client, ref.ID), sessionsIdleKey, sessionExecsKey(ref.Client, ref.ID), sessionLiveKey(ref.Client, ref.ID), sessionsEndingKey},
 		sessionMember(ref.Client, ref.ID), cutoff, s.now().UnixMilli()).Int()
@@ -123,7 +127,7 @@ return n
 `)
 
 // SessionOpen reports whether a session is open.
-func (s *Store) SessionOpen(ctx context.Context, ref runbox.SessionRef) (bool, error) {
+func (s *Sessions) SessionOpen(ctx context.Context, ref runbox.SessionRef) (bool, error) {
 	n, err := s.rdb.Exists(ctx, sessionKey(ref.Client, ref.ID)).Result()
 	if err != nil {
 		return false, fmt.Errorf("read session: %w", err)
@@ -133,7 +137,7 @@ func (s *Store) SessionOpen(ctx context.Context, ref runbox.SessionRef) (bool, e
 
 // SessionEnded records that what held something of an ended session has
 // let go.
-func (s *Store) SessionEnded(ctx context.Context, ref runbox.SessionRef) error {
+func (s *Sessions) SessionEnded(ctx context.Context, ref runbox.SessionRef) error {
 	if err := s.rdb.ZRem(ctx, sessionsEndingKey, sessionMember(ref.Client, ref.ID)).Err(); err != nil {
 		return fmt.Errorf("record a session's end: %w", err)
 	}
@@ -142,7 +146,7 @@ func (s *Store) SessionEnded(ctx context.Context, ref runbox.SessionRef) error {
 
 // EndingSessions returns up to n sessions ended whose holders had not all
 // let go when last tried, before cutoff, and marks them tried now.
-func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
+func (s *Sessions) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
 	members, err := s.sessionsBefore(ctx, sessionsEndingKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list ending sessions: %w", err)
@@ -159,7 +163,7 @@ func (s *Store) EndingSessions(ctx context.Context, cutoff time.Time, n int) ([]
 }
 
 // IdleSessions returns up to n sessions last used before cutoff.
-func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
+func (s *Sessions) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]runbox.SessionRef, error) {
 	members, err := s.sessionsBefore(ctx, sessionsIdleKey, cutoff, n)
 	if err != nil {
 		return nil, fmt.Errorf("list idle sessions: %w", err)
@@ -173,7 +177,7 @@ func (s *Store) IdleSessions(ctx context.Context, cutoff time.Time, n int) ([]ru
 
 // sessionsBefore returns up to n sessions of the index key (a sorted set
 // of sessionMember by Unix ms) scored before cutoff.
-func (s *Store) sessionsBefore(ctx context.Context, key string, cutoff time.Time, n int) ([]string, error) {
+func (s *Sessions) sessionsBefore(ctx context.Context, key string, cutoff time.Time, n int) ([]string, error) {
 	return s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(n),
 	}).Result()
@@ -222,7 +226,7 @@ return {'ok'}
 
 // ReserveExecution takes a place among the session's live executions, or
 // refuses with *ErrTooManyExecutions.
-func (s *Store) ReserveExecution(ctx context.Context, ref runbox.SessionRef, limits runbox.ExecutionLimits) (runbox.Reservation, error) {
+func (s *Sessions) ReserveExecution(ctx context.Context, ref runbox.SessionRef, limits runbox.ExecutionLimits) (runbox.Reservation, error) {
 	now := s.now()
 	member := pendingPrefix + rand.Text()
 	prefix, suffix, _ := strings.Cut(keys.Run("\x00"), "\x00")
@@ -241,7 +245,7 @@ func (s *Store) ReserveExecution(ctx context.Context, ref runbox.SessionRef, lim
 }
 
 // Release gives a reservation's place back (its run was not made).
-func (s *Store) Release(ctx context.Context, r runbox.Reservation) error {
+func (s *Sessions) Release(ctx context.Context, r runbox.Reservation) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.ZRem(ctx, sessionLiveKey(r.Session.Client, r.Session.ID), r.Member)
 	pipe.ZRem(ctx, executionsLive, r.Member)
@@ -252,7 +256,7 @@ func (s *Store) Release(ctx context.Context, r runbox.Reservation) error {
 }
 
 // RecordExecution fills a reservation with the run made for it.
-func (s *Store) RecordExecution(ctx context.Context, r runbox.Reservation, e runbox.Execution) error {
+func (s *Sessions) RecordExecution(ctx context.Context, r runbox.Reservation, e runbox.Execution) error {
 	now := float64(s.now().UnixMilli())
 	live, execs := sessionLiveKey(r.Session.Client, r.Session.ID), sessionExecsKey(r.Session.Client, r.Session.ID)
 	pipe := s.rdb.TxPipeline()
@@ -275,7 +279,7 @@ func (s *Store) RecordExecution(ctx context.Context, r runbox.Reservation, e run
 
 // SessionExecution returns what the session remembers of execution id,
 // or ErrNotFound when it is not the session's.
-func (s *Store) SessionExecution(ctx context.Context, ref runbox.SessionRef, id string) (runbox.Execution, error) {
+func (s *Sessions) SessionExecution(ctx context.Context, ref runbox.SessionRef, id string) (runbox.Execution, error) {
 	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
 	if err != nil {
 		return runbox.Execution{}, fmt.Errorf("read execution %s: %w", id, err)
@@ -288,7 +292,7 @@ func (s *Store) SessionExecution(ctx context.Context, ref runbox.SessionRef, id 
 
 // ExecutionOf returns what is remembered of execution id, whoever's it
 // is: for a caller that found it through its session.
-func (s *Store) ExecutionOf(ctx context.Context, id string) (runbox.Execution, error) {
+func (s *Sessions) ExecutionOf(ctx context.Context, id string) (runbox.Execution, error) {
 	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
 	if err != nil {
 		return runbox.Execution{}, fmt.Errorf("read execution %s: %w", id, err)
@@ -306,7 +310,7 @@ func execution(id string, m map[string]string) runbox.Execution {
 
 // SessionExecutions returns the session's last n executions, oldest
 // first.
-func (s *Store) SessionExecutions(ctx context.Context, ref runbox.SessionRef, n int) ([]runbox.Execution, error) {
+func (s *Sessions) SessionExecutions(ctx context.Context, ref runbox.SessionRef, n int) ([]runbox.Execution, error) {
 	ids, err := s.rdb.ZRange(ctx, sessionExecsKey(ref.Client, ref.ID), int64(-n), -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list executions: %w", err)

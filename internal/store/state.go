@@ -21,7 +21,7 @@ const keptStateMemory = 7 * 24 * time.Hour
 // (whatever took it: idle TTL, eviction, close_session, a restart, another
 // executor), or when it dies with the run; after that the conversation
 // starts over, and its next fresh interpreter loses nothing.
-func (s *Store) KeptState(ctx context.Context, cid string, fresh, died bool) (lost bool, err error) {
+func (s *Conversations) KeptState(ctx context.Context, cid string, fresh, died bool) (lost bool, err error) {
 	key := keptStateKey(cid)
 	switch {
 	case died:
@@ -79,7 +79,7 @@ return 1
 // KeptStarted records that a kept interpreter of the conversation starts
 // (fresh or restored) and returns its generation, and the record of the
 // saved snapshot, if any: taken, so that no later start restores it.
-func (s *Store) KeptStarted(ctx context.Context, cid string) (int64, []byte, error) {
+func (s *Conversations) KeptStarted(ctx context.Context, cid string) (int64, []byte, error) {
 	res, err := keptStartedScript.Run(ctx, s.rdb, []string{keptGenKey(cid), keptSnapKey(cid)},
 		int(keptStateMemory.Seconds())).Slice()
 	if err != nil || len(res) != 2 {
@@ -96,7 +96,7 @@ func (s *Store) KeptStarted(ctx context.Context, cid string) (int64, []byte, err
 // KeptSaved records the saved snapshot of the conversation's interpreter
 // of generation gen, unless a later one has started; it reports whether
 // it did.
-func (s *Store) KeptSaved(ctx context.Context, cid string, gen int64, rec []byte) (bool, error) {
+func (s *Conversations) KeptSaved(ctx context.Context, cid string, gen int64, rec []byte) (bool, error) {
 	n, err := keptSavedScript.Run(ctx, s.rdb, []string{keptGenKey(cid), keptSnapKey(cid)},
 		gen, rec, int(keptStateMemory.Seconds())).Int()
 	if err != nil {
@@ -108,7 +108,7 @@ func (s *Store) KeptSaved(ctx context.Context, cid string, gen int64, rec []byte
 // KeptLast returns the generation of the conversation's last interpreter
 // (0 for none yet) and the record of its saved snapshot, if any (nil),
 // taking nothing: a fork reads the source's this way.
-func (s *Store) KeptLast(ctx context.Context, cid string) (int64, []byte, error) {
+func (s *Conversations) KeptLast(ctx context.Context, cid string) (int64, []byte, error) {
 	res, err := s.rdb.MGet(ctx, keptGenKey(cid), keptSnapKey(cid)).Result()
 	if err != nil {
 		return 0, nil, fmt.Errorf("read the kept interpreters of %s: %w", cid, err)

@@ -42,7 +42,7 @@ return 1
 // SendStdin queues input for a run; eof closes the program's stdin after
 // it. It returns ErrInputFull when the run's unread input would pass
 // MaxQueuedStdin.
-func (s *Store) SendStdin(ctx context.Context, id string, data []byte, eof bool) error {
+func (s *Runs) SendStdin(ctx context.Context, id string, data []byte, eof bool) error {
 	eofArg := ""
 	if eof {
 		eofArg = "1"
@@ -61,7 +61,7 @@ func (s *Store) SendStdin(ctx context.Context, id string, data []byte, eof bool)
 // Stdin returns a reader of a run's queued input. Read blocks until input
 // comes, the input ends (io.EOF), or ctx ends (io.EOF too: the program is
 // gone).
-func (s *Store) Stdin(ctx context.Context, id string) io.Reader {
+func (s *Runs) Stdin(ctx context.Context, id string) io.Reader {
 	return &stdinReader{ctx: ctx, rdb: s.rdb, key: stdinKey(id), bytesKey: stdinBytesKey(id)}
 }
 

@@ -209,7 +209,7 @@ func TestConversationOrder(t *testing.T) {
 		if adm := newRunIn(t, s, "f", "conv"); adm != runbox.AdmitEnqueue {
 			t.Errorf("idle conversation: %v, want Enqueue", adm)
 		}
-		runs, err := s.Runs(ctx, "", "conv", 10)
+		runs, err := s.RecentRuns(ctx, "", "conv", 10)
 		if err != nil || len(runs) != 5 || runs[0].ID != "f" {
 			t.Errorf("Runs = %v, %v", runs, err)
 		}

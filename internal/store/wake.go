@@ -25,7 +25,7 @@ const wakeListTTL = 24 * time.Hour
 
 // Wake announces that run id was enqueued: to executor, when the run is
 // for it (its conversation's owner), else to every executor.
-func (s *Store) Wake(ctx context.Context, id, executor string) error {
+func (s *Executors) Wake(ctx context.Context, id, executor string) error {
 	key := wakeKey
 	if executor != "" {
 		key = wakeExecutorKey(executor)
@@ -48,7 +48,7 @@ func (s *Store) Wake(ctx context.Context, id, executor string) error {
 // executor, and returns its id, or "" when none came. mineFirst says which
 // list is looked at first when both hold runs; callers alternate, so that
 // neither starves the other.
-func (s *Store) AwaitWake(ctx context.Context, d time.Duration, executor string, mineFirst bool) (string, error) {
+func (s *Executors) AwaitWake(ctx context.Context, d time.Duration, executor string, mineFirst bool) (string, error) {
 	keys := []string{wakeExecutorKey(executor), wakeKey}
 	if !mineFirst {
 		keys[0], keys[1] = keys[1], keys[0]

@@ -15,6 +15,10 @@ import (
 	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
+// Webhooks keeps webhooks: their records, the outbox the relay reads, and
+// each one's attempts.
+type Webhooks struct{ *base }
+
 // Webhooks tell a client's receiver that a run started or ended, or that
 // a batch ended. A webhook is written to an outbox by the same script
 // that records what it tells (the run's end: transitionScript; its start:
@@ -65,7 +69,7 @@ end
 `
 
 // Webhook returns a webhook's record.
-func (s *Store) Webhook(ctx context.Context, id string) (runbox.Webhook, error) {
+func (s *Webhooks) Webhook(ctx context.Context, id string) (runbox.Webhook, error) {
 	m, err := s.rdb.HGetAll(ctx, webhookKey(id)).Result()
 	if err != nil {
 		return runbox.Webhook{}, fmt.Errorf("read webhook %s: %w", id, err)
@@ -80,7 +84,7 @@ func (s *Store) Webhook(ctx context.Context, id string) (runbox.Webhook, error) 
 
 // Outbox returns up to n webhooks written and not yet relayed, oldest
 // first.
-func (s *Store) Outbox(ctx context.Context, n int) ([]string, error) {
+func (s *Webhooks) Outbox(ctx context.Context, n int) ([]string, error) {
 	ids, err := s.rdb.ZRange(ctx, outboxKey, 0, int64(n-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read the webhooks' outbox: %w", err)
@@ -109,7 +113,7 @@ return 1
 // Relayed records that a webhook's task exists: it leaves the outbox, and
 // it and its subject's record are kept for ttl at least. A webhook that
 // expired meanwhile is only taken out of the outbox.
-func (s *Store) Relayed(ctx context.Context, id string, ttl time.Duration) error {
+func (s *Webhooks) Relayed(ctx context.Context, id string, ttl time.Duration) error {
 	w, err := s.Webhook(ctx, id)
 	subject := ""
 	switch {
@@ -144,7 +148,7 @@ func orNone(k string) string {
 
 // BeginAttempt counts an attempt to deliver a webhook and returns its
 // number, from 1, across retries and redeliveries.
-func (s *Store) BeginAttempt(ctx context.Context, id string) (int, error) {
+func (s *Webhooks) BeginAttempt(ctx context.Context, id string) (int, error) {
 	n, err := s.rdb.HIncrBy(ctx, webhookKey(id), "attempts", 1).Result()
 	if err != nil {
 		return 0, fmt.Errorf("count an attempt of webhook %s: %w", id, err)
@@ -154,7 +158,7 @@ func (s *Store) BeginAttempt(ctx context.Context, id string) (int, error) {
 
 // RecordAttempt keeps what an attempt to deliver a webhook came to; its
 // MaxAttemptsKept latest attempts are kept, as long as the webhook.
-func (s *Store) RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.Duration) error {
+func (s *Webhooks) RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.Duration) error {
 	b, err := json.Marshal(d)
 	if err != nil {
 		return err
@@ -174,7 +178,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d runbox.Delivery, ttl time.D
 
 // EndWebhook records that a webhook is done with (delivered, failed or
 // gone): it no longer counts among its client's.
-func (s *Store) EndWebhook(ctx context.Context, w runbox.Webhook, state string) error {
+func (s *Webhooks) EndWebhook(ctx context.Context, w runbox.Webhook, state string) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, webhookKey(w.ID), "state", state)
 		p.ZRem(ctx, clientWebhooksKey(w.Client), w.ID)
@@ -203,7 +207,7 @@ return 1
 
 // Redeliver marks a webhook to be delivered again (its task is the
 // caller's to make), and keeps it and its subject's record for ttl.
-func (s *Store) Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Duration) error {
+func (s *Webhooks) Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Duration) error {
 	ok, err := redeliverScript.Run(ctx, s.rdb, []string{webhookKey(w.ID), clientWebhooksKey(w.Client)},
 		s.now().UnixMilli(), int64(ttl/time.Second)).Int()
 	if err != nil {
@@ -222,7 +226,7 @@ func (s *Store) Redeliver(ctx context.Context, w runbox.Webhook, ttl time.Durati
 // PendingWebhooks returns how many webhooks of client are not yet done
 // with; those older than horizon are no longer counted (their records
 // have expired).
-func (s *Store) PendingWebhooks(ctx context.Context, client string, horizon time.Duration) (int, error) {
+func (s *Webhooks) PendingWebhooks(ctx context.Context, client string, horizon time.Duration) (int, error) {
 	key := clientWebhooksKey(client)
 	pipe := s.rdb.TxPipeline()
 	pipe.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(s.now().Add(-horizon).UnixMilli(), 10))
@@ -235,7 +239,7 @@ func (s *Store) PendingWebhooks(ctx context.Context, client string, horizon time
 
 // Deliveries returns the recorded attempts of the webhooks ids, oldest
 // first.
-func (s *Store) Deliveries(ctx context.Context, ids ...string) ([]runbox.Delivery, error) {
+func (s *Webhooks) Deliveries(ctx context.Context, ids ...string) ([]runbox.Delivery, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, len(ids))
 	for i, id := range ids {

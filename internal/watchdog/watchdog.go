@@ -36,7 +36,7 @@ type Watchdog struct {
 	log      *slog.Logger
 }
 
-// Runs are the runs' records, leases and event logs (*store.Store).
+// Runs are the runs' records, leases and event logs (store.Runs).
 type Runs interface {
 	ExpiredLeases(ctx context.Context, n int) ([]string, error)
 	Run(ctx context.Context, id string) (runbox.Run, error)

@@ -40,7 +40,7 @@ type Remote interface {
 }
 
 // Versions are the versions of conversations' files in the shared state
-// (*store.Store): each change takes a new one, so that a copy knows when
+// (store.Conversations): each change takes a new one, so that a copy knows when
 // it is behind.
 type Versions interface {
 	FilesVersion(ctx context.Context, cid string) (int64, error)

@@ -37,7 +37,7 @@ const (
 )
 
 // Log reads a run's event log: its events with seq greater than after, in
-// order, the done event with the run's result (*store.Store).
+// order, the done event with the run's result (store.Runs).
 type Log interface {
 	Events(ctx context.Context, id string, after int64) ([]runbox.Event, error)
 }
