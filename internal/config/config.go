@@ -692,8 +692,9 @@ func validBucket(b string) bool {
 
 // DefaultPollInterval is how often an idle executor asks asynq for work. A
 // run starts at once without it: every run enqueued is announced to idle
-// executors, which wait on the announcements (store.Wake); the poll only
-// finds what an announcement missed (an executor that died holding one).
+// executors, which wait on the announcements (store.Executors.Wake); the
+// poll only finds what an announcement missed (an executor that died
+// holding one).
 const DefaultPollInterval = time.Second
 
 // defaultBaseURL is http://localhost on the port clients reach api on:

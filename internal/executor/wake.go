@@ -17,10 +17,10 @@ import (
 const announceWait = time.Second
 
 // announcements runs the runs announced as they are enqueued (see
-// store.Wake) while this executor has a free slot, so that a run starts at
-// once without asynq polling often. Stop stops taking them and waits for
-// the loop, not for the runs it started (Executor.runs: Shutdown waits for
-// them, as for asynq's).
+// store.Executors.Wake) while this executor has a free slot, so that a
+// run starts at once without asynq polling often. Stop stops taking them
+// and waits for the loop, not for the runs it started (Executor.runs:
+// Shutdown waits for them, as for asynq's).
 type announcements struct {
 	lifecycle.Base
 	// await waits up to d for an announced run (store.AwaitWake).

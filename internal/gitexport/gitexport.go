@@ -87,7 +87,7 @@ type repo struct {
 }
 
 // Owners record which client made each branch, for every api replica
-// (internal/store).
+// (store.Git).
 type Owners interface {
 	// BranchOwner returns the client recorded for a branch, or "".
 	BranchOwner(ctx context.Context, repo, branch string) (string, error)

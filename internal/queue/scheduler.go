@@ -11,7 +11,7 @@ import (
 )
 
 // Only a conversation's head is in the queue; the runs behind it wait in
-// Redis (see store.CreateRun). The Scheduler enqueues a run when it comes
+// Redis (see store.Runs.CreateRun). The Scheduler enqueues a run when it comes
 // to head its conversation, and Sweep repairs what a crash between "the
 // head ended" and "the next was enqueued" would leave.
 

@@ -10,7 +10,7 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-// A batch of runs (store.CreateBatch) is enqueued in one script with its
+// A batch of runs (store.Batches.CreateBatch) is enqueued in one script with its
 // records, not through asynq's client one call per run: the script writes
 // each task where asynq keeps it, as asynq's own enqueue script does. This
 // file is the only place that knows that layout, asynq v0.26's: a hash
@@ -20,7 +20,7 @@ import (
 // TestStoredTaskIsAsynqs checks it against asynq's inspector and worker.
 
 // SharedQueue is where tasks of the shared queue (Name) are written: a
-// batch's, in one script (store.CreateBatch).
+// batch's, in one script (store.Batches.CreateBatch).
 func (*Scheduler) SharedQueue() runbox.TaskQueue {
 	const prefix = "asynq:{" + Name + "}:"
 	return runbox.TaskQueue{

@@ -15,7 +15,7 @@ import (
 // A batch is many runs submitted at once, for back ends and agents that
 // fan out (a parameter sweep): checked as a whole before anything is
 // recorded — one bad run refuses the batch, naming its index — then
-// recorded and enqueued by one script (store.CreateBatch). Each run is
+// recorded and enqueued by one script (store.Batches.CreateBatch). Each run is
 // held to its client's tier as a run submitted alone would be, but a
 // batch is not refused for the client's concurrent runs: what does not
 // fit waits in the queue, in order.

@@ -156,8 +156,9 @@ type Scheduler interface {
 	// EnqueueSpec queues a run that heads its conversation, whose spec
 	// the caller has.
 	EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error
-	// SharedQueue is where a batch's tasks are written (store.CreateBatch);
-	// StoredTask a run's task there, as the queue stores it.
+	// SharedQueue is where a batch's tasks are written
+	// (store.Batches.CreateBatch); StoredTask a run's task there, as the
+	// queue stores it.
 	SharedQueue() runbox.TaskQueue
 	StoredTask(runID string, timeout time.Duration) ([]byte, error)
 }

@@ -53,7 +53,7 @@ const releaseMax = 1000
 
 // admitLua defines admit(): a run joins its client's runs queued or
 // running and its conversation — as its head, its task written where
-// asynq keeps it and announced to idle executors (as store.Wake does), or
+// asynq keeps it and announced to idle executors (as Executors.Wake does), or
 // behind the head, in its pending list. It reports whether the run heads
 // its conversation.
 //
