@@ -285,7 +285,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 `)
 
-// conversation. With Exists, the returned id is the earlier run's.
+// conversation. With runbox.AdmitExists, the returned id is the earlier run's.
 func (s *Runs) CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admission, string, error) {
 	run := nr.Run
 	ev, err := eventBody(runbox.Event{TS: run.CreatedAt, Type: runbox.EventQueued})

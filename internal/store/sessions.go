@@ -278,7 +278,7 @@ func (s *Sessions) RecordExecution(ctx context.Context, r runbox.Reservation, e 
 }
 
 // SessionExecution returns what the session remembers of execution id,
-// or ErrNotFound when it is not the session's.
+// or runbox.ErrRunNotFound when it is not the session's.
 func (s *Sessions) SessionExecution(ctx context.Context, ref runbox.SessionRef, id string) (runbox.Execution, error) {
 	m, err := s.rdb.HGetAll(ctx, executionKey(id)).Result()
 	if err != nil {
