@@ -345,9 +345,9 @@ func TestDeliverTimeout(t *testing.T) {
 	rcv := newReceiver(t, hang, 200)
 	h := newHarness(t, "recv.test=127.0.0.1:"+rcv.port(), time.Hour, timeout, nil)
 	h.endRun("run_hang", "http://recv.test:"+rcv.port()+"/hook")
-	id := store.WebhookID("run_hang", runbox.WebhookRunCompleted)
+	id := runbox.WebhookID("run_hang", runbox.WebhookRunCompleted)
 	h.waitState(id, runbox.WebhookDelivered)
-	h.waitState(store.WebhookID("run_hang", runbox.WebhookRunStarted), runbox.WebhookDelivered)
+	h.waitState(runbox.WebhookID("run_hang", runbox.WebhookRunStarted), runbox.WebhookDelivered)
 
 	var ds []runbox.Delivery
 	for _, d := range h.deliveries("run_hang") {
