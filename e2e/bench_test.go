@@ -18,7 +18,10 @@ import (
 func BenchmarkEngines(b *testing.B) {
 	for _, engine := range []string{"docker", "kubernetes"} {
 		b.Run(engine, func(b *testing.B) {
-			s := start(b, options{engine: engine})
+			// Idle sandboxes a few: the test cluster's one node has room for
+			// about twenty pods (each asks a tenth of a core), and every
+			// new conversation keeps its own.
+			s := start(b, options{engine: engine, env: []string{"SANDBOX_MAX_WARM=4"}})
 			cs := s.session(nil)
 			ctx := context.Background()
 			printOne := func(b *testing.B, cid string) time.Duration {

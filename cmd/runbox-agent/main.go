@@ -9,7 +9,8 @@
 // it, and starts the agent as root with a few capabilities, under gVisor:
 // see agent.Config.User). RUNBOX_AWAIT_INPUT=1 has it read one byte of
 // input before its hello (the Kubernetes engine's executor attaches to a
-// running container, then sends it).
+// running container, then sends it); RUNBOX_DATA_SUM=1 has each run's
+// exit carry a fingerprint of /data (agent.Config.DataSum).
 //
 // runbox-agent -landlock-exec RULES -- PROGRAM... is how the agent starts a
 // program it must hold to filesystem rules (agent.LandlockExec).
@@ -170,6 +171,7 @@ func (o options) config(user *syscall.Credential) (agent.Config, error) {
 		ExecDir:     o.execDir,
 		Prestart:    o.prestart,
 		Prelude:     o.prelude,
+		DataSum:     os.Getenv("RUNBOX_DATA_SUM") == "1",
 	}, nil
 }
 

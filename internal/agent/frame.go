@@ -93,6 +93,10 @@ type Exit struct {
 	// Phase says, for a compiled language, which phase ended the run:
 	// PhaseCompile (the compiler failed, or was killed) or PhaseRun.
 	Phase string `json:"phase,omitempty"`
+	// DataSum, from an agent told to (Config.DataSum), is a fingerprint
+	// of the programs' folder after the run (datasum.go): the same sum
+	// after two runs says nothing in it changed in between.
+	DataSum string `json:"data_sum,omitempty"`
 }
 
 // Values of Exit.Kernel.

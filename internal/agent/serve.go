@@ -77,6 +77,11 @@ type Config struct {
 	// matched PreloadWhen.
 	Prestart bool
 	Prelude  string
+	// DataSum has each Exit carry a fingerprint of Dir (datasum.go): an
+	// engine that copies Dir out of the sandbox after each run
+	// (Kubernetes: a pod shares no folder with the executor) skips the
+	// copy when nothing in Dir changed.
+	DataSum bool
 }
 
 // ownsSandbox reports whether the agent may kill every other process it
@@ -197,6 +202,9 @@ func (l *loop) run(ctx context.Context, frames <-chan frame, readErr <-chan erro
 			}
 			return fmt.Errorf("read frame: %w", err)
 		case ex := <-l.exited:
+			if l.st.cfg.DataSum {
+				ex.DataSum = dataSum(l.st.cfg.Dir)
+			}
 			err := l.fw.writeJSON(frameExit, ex)
 			close(l.cur.reported)
 			l.cur = nil

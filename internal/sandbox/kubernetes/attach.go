@@ -20,6 +20,11 @@ import (
 // executor attaches first, then sends the byte.
 const AwaitEnv = "RUNBOX_AWAIT_INPUT"
 
+// DataSumEnv has the agent end each run's exit with a fingerprint of
+// /data (agent.Config.DataSum): the engine copies /data out after a run
+// only when it changed (filesync.go).
+const DataSumEnv = "RUNBOX_DATA_SUM"
+
 // awaitByte is the byte Start sends once attached.
 const awaitByte = '\n'
 

@@ -104,6 +104,11 @@ func (e *Engine) CopyOut(ctx context.Context, name, dir string, limit int64) err
 	done := make(chan error, 1)
 	go func() {
 		err := readTar(pr, root, limit)
+		if err == nil {
+			// tar pads its archive past the end (to 10 KiB records): read
+			// so that the exec's copy of it ends without an error logged.
+			_, _ = io.Copy(io.Discard, io.LimitReader(pr, tarTail))
+		}
 		pr.CloseWithError(cmpErr(err, io.ErrClosedPipe))
 		done <- err
 	}()
@@ -114,6 +119,9 @@ func (e *Engine) CopyOut(ctx context.Context, name, dir string, limit int64) err
 	}
 	return execErr
 }
+
+// tarTail bounds what is read of an archive past its end.
+const tarTail = 1 << 20
 
 // readTar writes the archive's entries into root and removes what it
 // held that the archive does not.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +36,11 @@ const (
 	frameExit = 'x'
 )
 
-// copier copies a sandbox's files in and out.
+// copier copies a sandbox's files in and out: in before a run, out
+// after one, given the run's exit (agent.Exit's JSON).
 type copier interface {
 	copyIn() error
-	copyOut() error
+	copyOut(exit []byte) error
 }
 
 // syncedStream is a sandbox's stream with its files carried around runs.
@@ -62,7 +64,7 @@ func syncFiles(s io.ReadWriter, c copier) *syncedStream {
 		inR.CloseWithError(err)
 	}
 	go func() { end(relay(bufio.NewReader(s), outW, frameExit, c.copyOut)) }()
-	go func() { end(relay(bufio.NewReader(inR), s, frameRun, c.copyIn)) }()
+	go func() { end(relay(bufio.NewReader(inR), s, frameRun, func([]byte) error { return c.copyIn() })) }()
 	return &syncedStream{out: outR, in: inW}
 }
 
@@ -76,9 +78,9 @@ func (s *syncedStream) Close() error {
 	return nil
 }
 
-// relay copies frames from r to w, calling before ahead of each frame of
-// type typ.
-func relay(r *bufio.Reader, w io.Writer, typ byte, before func() error) error {
+// relay copies frames from r to w, calling before with the payload of
+// each frame of type typ ahead of it.
+func relay(r *bufio.Reader, w io.Writer, typ byte, before func(payload []byte) error) error {
 	var hdr [5]byte
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -88,15 +90,24 @@ func relay(r *bufio.Reader, w io.Writer, typ byte, before func() error) error {
 		if n > agent.MaxPayload {
 			return agent.ErrFrameTooLarge
 		}
-		if hdr[0] == typ {
-			if err := before(); err != nil {
+		if hdr[0] != typ {
+			if _, err := w.Write(hdr[:]); err != nil {
 				return err
 			}
+			if _, err := io.CopyN(w, r, int64(n)); err != nil {
+				return err
+			}
+			continue
 		}
-		if _, err := w.Write(hdr[:]); err != nil {
+		frame := make([]byte, len(hdr)+int(n))
+		copy(frame, hdr[:])
+		if _, err := io.ReadFull(r, frame[len(hdr):]); err != nil {
 			return err
 		}
-		if _, err := io.CopyN(w, r, int64(n)); err != nil {
+		if err := before(frame[len(hdr):]); err != nil {
+			return err
+		}
+		if _, err := w.Write(frame); err != nil {
 			return err
 		}
 	}
@@ -112,6 +123,11 @@ type folderCopier struct {
 
 	mu   sync.Mutex
 	last map[string]entryState // dir as the last copy left it, by relative name
+	// outSum is the sandbox's /data's sum (agent.Exit.DataSum) when it
+	// was last copied out, "" after a copy in: a run that ends with the
+	// same sum changed nothing there, and its copy out (an exec through
+	// the API server, ~100 ms) is skipped.
+	outSum string
 }
 
 // heldFolder is the executor's folder of a sandbox, held open. The
@@ -172,13 +188,17 @@ func (f *folderCopier) copyIn() error {
 	if err := f.e.CopyIn(ctx, f.pod, dir); err != nil {
 		return err
 	}
-	f.last = now
+	f.last, f.outSum = now, ""
 	return nil
 }
 
-func (f *folderCopier) copyOut() error {
+func (f *folderCopier) copyOut(exit []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	sum, unchanged := f.unchanged(exit)
+	if unchanged {
+		return nil
+	}
 	dir, err := f.dir.path()
 	if err != nil {
 		return err
@@ -192,8 +212,20 @@ func (f *folderCopier) copyOut() error {
 	if err != nil {
 		return err
 	}
-	f.last = now
+	f.last, f.outSum = now, sum
 	return nil
+}
+
+// unchanged returns the sum of the sandbox's /data a run's exit carries,
+// and whether it is the one the last copy out left.
+func (f *folderCopier) unchanged(exit []byte) (string, bool) {
+	var ex struct {
+		DataSum string `json:"data_sum"`
+	}
+	if json.Unmarshal(exit, &ex) != nil {
+		return "", false
+	}
+	return ex.DataSum, ex.DataSum != "" && ex.DataSum == f.outSum
 }
 
 // snapshot lists a folder's entries, by name relative to it, with what

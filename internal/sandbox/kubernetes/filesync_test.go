@@ -26,8 +26,8 @@ type fakeCopier struct {
 	err error
 }
 
-func (f *fakeCopier) copyIn() error  { return f.note("copy in") }
-func (f *fakeCopier) copyOut() error { return f.note("copy out") }
+func (f *fakeCopier) copyIn() error        { return f.note("copy in") }
+func (f *fakeCopier) copyOut([]byte) error { return f.note("copy out") }
 func (f *fakeCopier) note(s string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -156,5 +156,26 @@ func TestHeldFolderFollowsRenames(t *testing.T) {
 	}
 	if p, err := h.path(); err == nil {
 		t.Fatalf("after the removal: path %q, want an error", p)
+	}
+}
+
+func TestCopyOutOnlyWhenDataChanged(t *testing.T) {
+	tests := []struct {
+		name, outSum, exit string
+		unchanged          bool
+	}{
+		{"same sum", "s1", `{"exit_code":0,"data_sum":"s1"}`, true},
+		{"another sum", "s1", `{"exit_code":0,"data_sum":"s2"}`, false},
+		{"no sum: an agent that does not tell", "s1", `{"exit_code":0}`, false},
+		{"no copy out yet", "", `{"exit_code":0,"data_sum":""}`, false},
+		{"not an exit", "s1", `data_sum s1`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &folderCopier{outSum: tt.outSum}
+			if _, unchanged := f.unchanged([]byte(tt.exit)); unchanged != tt.unchanged {
+				t.Errorf("unchanged: %v, want %v", unchanged, tt.unchanged)
+			}
+		})
 	}
 }

@@ -231,15 +231,15 @@ func cmpPull(p corev1.PullPolicy) corev1.PullPolicy {
 	return p
 }
 
-// env is the container's environment: spec's, and AwaitEnv.
+// env is the container's environment: spec's, AwaitEnv and DataSumEnv.
 func env(m map[string]string) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if k != AwaitEnv {
+		if k != AwaitEnv && k != DataSumEnv {
 			out = append(out, corev1.EnvVar{Name: k, Value: m[k]})
 		}
 	}
-	return append(out, corev1.EnvVar{Name: AwaitEnv, Value: "1"})
+	return append(out, corev1.EnvVar{Name: AwaitEnv, Value: "1"}, corev1.EnvVar{Name: DataSumEnv, Value: "1"})
 }
 
 // CPURequest is the most CPU, in millicores, a sandbox pod asks the

@@ -49,8 +49,8 @@ func TestPodLocksDown(t *testing.T) {
 		{"IfNotPresent", c.ImagePullPolicy == corev1.PullIfNotPresent},
 		{"memory limit", c.Resources.Limits.Memory().Equal(mem) && c.Resources.Requests.Memory().Equal(mem)},
 		{"cpu limit, a tenth of a core asked for", c.Resources.Limits.Cpu().Equal(cpu) && c.Resources.Requests.Cpu().Equal(resource.MustParse("100m"))},
-		{"env sorted, the agent awaits its peer", len(c.Env) == 3 && c.Env[0] == corev1.EnvVar{Name: "A", Value: "1"} &&
-			c.Env[2] == corev1.EnvVar{Name: AwaitEnv, Value: "1"}},
+		{"env sorted, the agent awaits its peer and sums /data", len(c.Env) == 4 && c.Env[0] == corev1.EnvVar{Name: "A", Value: "1"} &&
+			c.Env[2] == corev1.EnvVar{Name: AwaitEnv, Value: "1"} && c.Env[3] == corev1.EnvVar{Name: DataSumEnv, Value: "1"}},
 		{"works in /data", c.WorkingDir == "/data"},
 		{"sandbox label", pod.Labels[LabelSandbox] == "true"},
 		{"label kept", pod.Labels["runbox.executor"] == "ex-1"},
