@@ -134,6 +134,16 @@ type Executor struct {
 
 	background lifecycle.Group // heartbeat, janitor, watchdog, pool, listeners
 	reaper     *peerReaper     // of the janitor; also at shutdown
+
+	// retry tries again the writes Redis could not take (retry.go);
+	// halted closes when Shutdown stops waiting for the runs, which then
+	// try their ends' writes once.
+	retry  retry
+	halted chan struct{}
+	halt   sync.Once
+	// beats is the heartbeat's outage, logged once however many beats
+	// fail.
+	beats outage
 }
 
 // Tasks hands the executor the run tasks of its queues (*queue.Worker).
@@ -187,7 +197,9 @@ func New(cfg Config, tasks Tasks, st Store, sched Scheduler, sandboxes Sandboxes
 		log: log.With("executor", cfg.ID), tasks: tasks, active: map[string]*activeRun{},
 		slots: make(chan struct{}, max(cfg.Concurrency, 1)), convs: keyedMutex{m: map[string]*keyedEntry{}},
 		metrics: newMetrics(cfg.Metrics, sandboxes.Warm, sandboxes.Live),
+		retry:   retry{clock: cfg.Clock, first: retryFirst, most: retryMost}, halted: make(chan struct{}),
 	}
+	e.beats = outage{log: e.log, what: "heartbeat"}
 	e.announced = announcements{
 		await: func(ctx context.Context, d time.Duration, mine bool) (string, error) {
 			return e.store.AwaitWake(ctx, d, cfg.ID, mine)
@@ -379,6 +391,8 @@ wait:
 		case <-tick.C:
 		}
 	}
+	// Runs whose ends wait for Redis wait no longer.
+	e.halt.Do(func() { close(e.halted) })
 	if n := e.activeCount(); n > 0 {
 		e.log.Warn("shutdown grace over: stopping running programs", "count", n)
 		e.cancelAll(ErrShutdown)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // heartbeat beats every interval: the executor's renew keeps it
@@ -33,24 +34,34 @@ func (e *Executor) register(ctx context.Context) error {
 	}, 5*e.cfg.HeartbeatInterval)
 }
 
-// renew is one heartbeat.
+// renew is one heartbeat. While Redis cannot be reached (it restarts,
+// say) the beat is tried again soon, not at the next beat, until that one
+// is due: once Redis is back, the runs' leases are renewed before the
+// watchdog, which looks every second, finds them expired. A lease does
+// expire during an outage longer than itself (Config.Lease): the
+// watchdog then ends its run (docs/deploy.md).
 func (e *Executor) renew(ctx context.Context) {
-	if err := e.register(ctx); err != nil {
-		e.log.Warn("heartbeat", "err", err)
-	}
-	e.mu.Lock()
-	ids := make([]string, 0, len(e.active))
-	var claimed []string
-	for id, a := range e.active {
-		ids = append(ids, id)
-		if a.claimed {
-			claimed = append(claimed, id)
+	due := make(chan struct{}) // the next beat
+	t := e.cfg.Clock.AfterFunc(e.cfg.HeartbeatInterval, func() { close(due) })
+	defer t.Stop()
+	var ids, lost []string
+	err := e.retry.do(ctx, due, &e.beats, func(ctx context.Context) error {
+		err := e.register(ctx)
+		if store.Transient(err) {
+			return err
 		}
-	}
-	e.mu.Unlock()
-	lost, err := e.store.RenewLeases(ctx, e.cfg.Lease, claimed...)
+		if err != nil {
+			e.log.Warn("heartbeat", "err", err)
+		}
+		var claimed []string
+		ids, claimed = e.activeRuns()
+		lost, err = e.store.RenewLeases(ctx, e.cfg.Lease, claimed...)
+		return err
+	})
 	if err != nil {
-		e.log.Warn("renew leases", "err", err)
+		if !store.Transient(err) {
+			e.log.Warn("renew leases", "err", err)
+		}
 		return
 	}
 	for _, id := range lost {
@@ -65,4 +76,19 @@ func (e *Executor) renew(ctx context.Context) {
 	for _, c := range cancelled {
 		e.cancel(c.ID, userCancel(c))
 	}
+}
+
+// activeRuns returns the ids of the runs active here, and of those among
+// them that were claimed (whose lease is this executor's to renew).
+func (e *Executor) activeRuns() (ids, claimed []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids = make([]string, 0, len(e.active))
+	for id, a := range e.active {
+		ids = append(ids, id)
+		if a.claimed {
+			claimed = append(claimed, id)
+		}
+	}
+	return ids, claimed
 }

@@ -12,7 +12,7 @@ import (
 // maxOutputEvents bounds the output events of a run: a program that
 // writes a byte at a time would otherwise cost an event (and its overhead
 // in Redis) per byte. Past it, output is still kept for the result and
-// published in one event per stream when the run ends.
+// recorded in one event per stream with the run's end.
 const maxOutputEvents = 1000
 
 // output keeps the first max bytes of each stream for the result and
@@ -50,14 +50,18 @@ func (o *output) write(s sandbox.Stream, p []byte) {
 	}
 }
 
-// flush publishes what is held back waiting for the rest of a character.
-func (o *output) flush() {
+// rest returns what is held back — the end of a character cut short,
+// or what came past maxOutputEvents — as events, for the run's end to
+// record with the rest of its final events.
+func (o *output) rest() []runbox.Event {
+	var evs []runbox.Event
 	for _, c := range []*capped{&o.stdout, &o.stderr} {
 		if rest := c.kept[c.published:]; len(rest) > 0 {
 			c.published = len(c.kept)
-			o.publish(runbox.Event{TS: time.Now(), Type: c.typ, Data: string(rest)})
+			evs = append(evs, runbox.Event{TS: time.Now(), Type: c.typ, Data: string(rest)})
 		}
 	}
+	return evs
 }
 
 type capped struct {

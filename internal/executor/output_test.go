@@ -30,7 +30,7 @@ func TestOutputCapsAndSplitsOnCharacters(t *testing.T) {
 			for _, c := range tt.chunks {
 				o.write(sandbox.Stdout, []byte(c))
 			}
-			o.flush()
+			events = append(events, o.rest()...)
 			var published strings.Builder
 			for _, ev := range events {
 				if ev.Type != runbox.EventStdout {
@@ -75,7 +75,7 @@ func TestOutputEventsBounded(t *testing.T) {
 		o.write(s, []byte{b})
 		want[s-1].WriteByte(b)
 	}
-	o.flush()
+	events = append(events, o.rest()...)
 	if len(events) > maxOutputEvents+2 {
 		t.Errorf("%d events for %d writes, want at most %d", len(events), 3*maxOutputEvents, maxOutputEvents+2)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/packages"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/store"
 )
 
 // processTask runs the run of one task. It is the queue's handler.
@@ -267,9 +268,19 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		return st.fail(pe.err, pe.msg, time.Now())
 	}
 	defer release()
+	// The output is published as it comes, tried once: a program must not
+	// wait for Redis. What is lost from the events while Redis cannot be
+	// reached is in the result, and the outage is logged once.
+	down := &outage{log: log, what: "publish output"}
 	out := newOutput(e.cfg.MaxOutput, func(evs ...runbox.Event) {
-		if err := e.store.Append(context.WithoutCancel(ctx), id, evs...); err != nil {
+		err := e.store.Append(context.WithoutCancel(ctx), id, evs...)
+		switch {
+		case store.Transient(err):
+			down.failed(e.cfg.Clock.Now(), err)
+		case err != nil:
 			log.Warn("publish output", "err", err)
+		default:
+			down.over(e.cfg.Clock.Now())
 		}
 	})
 	oc, msg, err := e.packages(ctx, id, spec, dir, network, &st, log)
@@ -358,7 +369,8 @@ func (e *Executor) writer(id string, out *output) sandbox.Output {
 // survived. It returns the run's error if the files cannot be had.
 func (e *Executor) collect(ctx context.Context, spec runbox.Spec, before []files.Entry, out *output, oc sandbox.Outcome,
 	st *runState, log *slog.Logger) (string, error) {
-	out.flush()
+	// Recorded with the run's end, which waits for Redis if it must.
+	st.events = append(st.events, out.rest()...)
 	st.result.Stdout, st.result.StdoutTruncated = out.stdout.text()
 	st.result.Stderr, st.result.StderrTruncated = out.stderr.text()
 	st.result.Output = st.result.Stdout + st.result.Stderr
@@ -380,7 +392,13 @@ func (e *Executor) collect(ctx context.Context, spec runbox.Spec, before []files
 		}
 	}
 	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
-		lost, err := e.store.KeptState(context.WithoutCancel(ctx), spec.ConversationID, oc.Kernel == agent.KernelNew, oc.StateLost)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishLimit)
+		defer cancel()
+		var lost bool
+		err := e.retry.do(ctx, e.halted, &outage{log: log, what: "record kept state"}, func(ctx context.Context) (err error) {
+			lost, err = e.store.KeptState(ctx, spec.ConversationID, oc.Kernel == agent.KernelNew, oc.StateLost)
+			return err
+		})
 		if err != nil {
 			log.Warn("record kept state", "err", err)
 		}
@@ -543,12 +561,25 @@ func (e *Executor) watchQuota(ctx context.Context, cid string, cancel context.Ca
 // and a shorter run would only move that expiry by less than this.
 func ownerRefresh(ttl time.Duration) time.Duration { return ttl / 100 }
 
+// finishLimit bounds how long a run's end waits for Redis to take it:
+// well past a restart of Redis, even one that reads back a large AOF,
+// but not for ever.
+const finishLimit = 2 * time.Minute
+
 // finish records the result and the final events, and enqueues the
 // conversation's next run. It uses its own context: the run's may be
 // cancelled, and the result must still be written.
+//
+// While Redis cannot be reached (it restarts, crashes, fails over) the
+// writes are tried again, for up to finishLimit, or until a stopping
+// executor stops waiting for its runs (halted): the run stays active
+// meanwhile, and the heartbeat renews its lease, so that the watchdog
+// does not end it as lost and its result is kept.
 func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), finishLimit)
 	defer cancel()
+	down := &outage{log: log, what: "record result"}
+	stored := func(op func(context.Context) error) error { return e.retry.do(ctx, e.halted, down, op) }
 	cid := c.spec.ConversationID
 	if st.failure != nil {
 		log.Error("run failed", "err", st.failure)
@@ -563,13 +594,18 @@ func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logge
 		}
 	}
 	if e.cfg.Clock.Since(c.at) > ownerRefresh(e.cfg.OwnerTTL) {
-		if err := e.store.SetOwner(ctx, cid, e.cfg.ID, e.cfg.OwnerTTL); err != nil {
+		err := stored(func(ctx context.Context) error { return e.store.SetOwner(ctx, cid, e.cfg.ID, e.cfg.OwnerTTL) })
+		if err != nil {
 			log.Warn("record the conversation's executor", "err", err)
 		}
 	}
-	a, err := e.store.Finish(ctx, runID, runbox.Ending{
-		From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
-		Status: st.status, Result: &st.result, Events: st.events, Conversation: cid,
+	var a runbox.Applied
+	err := stored(func(ctx context.Context) (err error) {
+		a, err = e.store.Finish(ctx, runID, runbox.Ending{
+			From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
+			Status: st.status, Result: &st.result, Events: st.events, Conversation: cid,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("record result: %w", err)
@@ -578,8 +614,9 @@ func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logge
 		log.Warn("run was ended elsewhere before its result was recorded", "status", a.Status)
 	}
 	log.Info("run finished", "status", st.status, "exit_code", st.result.ExitCode, "duration_ms", st.result.DurationMS)
+	// Tried once: Redis answered just now, and should this fail the
+	// sweep enqueues it shortly.
 	if err := e.sched.Enqueue(ctx, a.Next); err != nil {
-		// The sweep enqueues it shortly.
 		log.Warn("enqueue the conversation's next run", "next", a.Next, "err", err)
 	}
 	return nil
