@@ -395,6 +395,22 @@ func runStatus(t *testing.T, rdb *redis.Client, id string) string {
 	return st
 }
 
+// runStdout is the stdout of a run's recorded result.
+func runStdout(t *testing.T, rdb *redis.Client, id string) string {
+	t.Helper()
+	b, err := rdb.HGet(context.Background(), "runbox:run:{"+id+"}", "result").Bytes()
+	if err != nil {
+		t.Fatalf("read the result of run %s: %v", id, err)
+	}
+	var res struct {
+		Stdout string `json:"stdout"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("result of run %s: %v", id, err)
+	}
+	return res.Stdout
+}
+
 // TestWebhookCrashes: no webhook is lost when the executor or the api is
 // killed between a run's end and its delivery: the webhook is written
 // with the run's end, and asynq delivers it at least once, with the same
@@ -487,14 +503,18 @@ func TestWebhookCrashes(t *testing.T) {
 var redisAsDeployed = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
 
 // TestWebhookRedisRestart: a Redis restart loses no webhook and makes
-// no second delivery of one. Redis persists as deployed; it is shut down
-// as a restart does (SIGTERM), then killed (SIGKILL), each time while
-// the webhooks of runs that ended wait for their retries (the receiver
+// no second delivery of one, nor the result of a run that ended while
+// Redis was down. Redis persists as deployed; it is shut down as a
+// restart does (SIGTERM), then killed (SIGKILL), each time while the
+// webhooks of runs that ended wait for their retries (the receiver
 // refuses them) and while a run is under way that ends while Redis is
-// down. Once Redis is back and the receiver accepts, every run's webhook
-// arrives, signed; a run's webhook that came more than once came with
-// the same webhook-id and body each time: at least once, never two
-// deliveries.
+// down, for less than the run's lease. Once Redis is back and the
+// receiver accepts, every run's webhook arrives, signed; a run's webhook
+// that came more than once came with the same webhook-id and body each
+// time: at least once, never two deliveries. The run that ended while
+// Redis was down is recorded with its real end — succeeded, its output —
+// which its executor recorded once Redis was back, and its webhook says
+// so.
 func TestWebhookRedisRestart(t *testing.T) {
 	rcv := newHookReceiver(t, 0)
 	// The run that ends while Redis is down waits for a file the test
@@ -539,6 +559,7 @@ func TestWebhookRedisRestart(t *testing.T) {
 				return err == nil
 			})
 
+			down := time.Now()
 			s.redis.Stop(tc.sig)
 			if err := os.WriteFile(filepath.Join(files, "go"), nil, 0o644); err != nil {
 				t.Fatal(err)
@@ -552,6 +573,11 @@ func TestWebhookRedisRestart(t *testing.T) {
 				})
 			})
 			s.redis.Start()
+			// Shorter than the run's lease (8 s) less a heartbeat (2 s): its
+			// executor renews it once Redis is back, before the watchdog
+			// finds it expired.
+			outage := time.Since(down)
+			t.Logf("Redis was down for %v", outage.Round(time.Millisecond))
 			s.waitReady()
 			rcv.setDown(false)
 
@@ -563,10 +589,13 @@ func TestWebhookRedisRestart(t *testing.T) {
 					t.Errorf("run %s: its webhook says %s, its record %s", id, said, want)
 				}
 			}
-			// The executor could not record the end of the run that ended
-			// while Redis was down: the watchdog ended it as lost, and that
-			// end was told of.
-			t.Logf("the run that ended while Redis was down is recorded %s", runStatus(t, rdb, late))
+			// Its executor waited for Redis to record the end of the run
+			// that ended while Redis was down: not the watchdog, which
+			// would have ended it as lost.
+			if st, out := runStatus(t, rdb, late), runStdout(t, rdb, late); st != "succeeded" || out != "late\n" {
+				t.Errorf("the run that ended while Redis was down (for %v) is recorded %s, with stdout %q; want succeeded, %q",
+					outage.Round(time.Millisecond), st, out, "late\n")
+			}
 		})
 	}
 }
