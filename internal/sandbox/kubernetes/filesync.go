@@ -216,6 +216,22 @@ func (f *folderCopier) copyOut(exit []byte) error {
 	return nil
 }
 
+// startEmpty notes, for a new pod, that its /data (an empty emptyDir)
+// matches the folder dir if dir is empty too: a pooled pod's folder is,
+// and so is a new conversation's that adopts it, whose first run then
+// needs no copy in (an exec through the API server, ~100 ms). Where dir
+// cannot be read, the first run copies, as it would without this.
+func (f *folderCopier) startEmpty(dir string) {
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		return
+	}
+	if now, err := snapshot(dir); err == nil {
+		f.mu.Lock()
+		f.last = now
+		f.mu.Unlock()
+	}
+}
+
 // unchanged returns the sum of the sandbox's /data a run's exit carries,
 // and whether it is the one the last copy out left.
 func (f *folderCopier) unchanged(exit []byte) (string, bool) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +176,46 @@ func TestCopyOutOnlyWhenDataChanged(t *testing.T) {
 			f := &folderCopier{outSum: tt.outSum}
 			if _, unchanged := f.unchanged([]byte(tt.exit)); unchanged != tt.unchanged {
 				t.Errorf("unchanged: %v, want %v", unchanged, tt.unchanged)
+			}
+		})
+	}
+}
+
+func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
+	tests := []struct {
+		name  string
+		files []string
+		known bool // the pod's /data known to match: no copy in
+	}{
+		{"an empty folder (a pooled pod's)", nil, true},
+		{"a folder with files", []string{"a.txt"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, name := range tt.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := &folderCopier{}
+			f.startEmpty(dir)
+			if (f.last != nil) != tt.known {
+				t.Fatalf("known: %v, want %v", f.last != nil, tt.known)
+			}
+			if !tt.known {
+				return
+			}
+			// A file written after the start is copied in before the run.
+			now, _ := snapshot(dir)
+			if !maps.Equal(now, f.last) {
+				t.Fatal("an unchanged folder differs from its start")
+			}
+			if err := os.WriteFile(filepath.Join(dir, "b.txt"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if now, _ := snapshot(dir); maps.Equal(now, f.last) {
+				t.Fatal("a changed folder matches its start")
 			}
 		})
 	}

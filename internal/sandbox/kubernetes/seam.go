@@ -56,7 +56,9 @@ func (s *Sandboxes) Create(ctx context.Context, spec engine.Spec, stderr io.Writ
 	if held == nil {
 		return engine.Attached{ID: ps.Name, Stdin: st, Stdout: st, Done: st.Done(), Closer: st}, nil
 	}
-	rw := syncFiles(st, &folderCopier{e: s.Engine, pod: ps.Name, dir: held, limit: s.DataLimit})
+	fc := &folderCopier{e: s.Engine, pod: ps.Name, dir: held, limit: s.DataLimit}
+	fc.startEmpty(dir)
+	rw := syncFiles(st, fc)
 	return engine.Attached{ID: ps.Name, Stdin: rw, Stdout: rw, Done: st.Done(), Closer: closers{rw, st, held}}, nil
 }
 
