@@ -51,8 +51,9 @@ test-e2e-kubernetes: test-deps images
 ## bench: start the service on a real redis-server and Docker, measure it
 ## against plain-Docker baselines, print the table (also in var/bench.md);
 ## then the Kubernetes engine on the test cluster: a pod's create to its
-## agent's hello (p50/p95), and a warm print(1) over the API server beside
-## the same agent attached through Docker (var/bench-kubernetes.txt)
+## agent's hello (p50/p95), a warm print(1) over the API server beside the
+## same agent attached through Docker, and run_code's print(1) through the
+## whole service on each engine, same run (var/bench-kubernetes.txt)
 bench: images build
 	@mkdir -p var
 	$(GO) run ./cmd/bench -bin bin -out var/bench.md
