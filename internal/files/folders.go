@@ -7,7 +7,6 @@
 package files
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -131,6 +130,11 @@ func (f *Folders) ensureLocked(cid string) (string, error) {
 	if err := f.space.prepare(f.convDir(cid), dir); err != nil {
 		return "", err
 	}
+	// Again at each use: a mount, or a hand-over's image, holds no room
+	// until told (space.reserve).
+	if err := f.space.reserve(dir, f.stateSize(cid)); err != nil {
+		return "", err
+	}
 	now := time.Now()
 	_ = os.Chtimes(f.convDir(cid), now, now) // last use, for retention
 	return dir, nil
@@ -163,13 +167,21 @@ func (f *Folders) Usage(cid string) (used, free int64, err error) {
 	if err := f.remount(cid); err != nil {
 		return 0, 0, err
 	}
+	return f.usage(cid)
+}
+
+// usage is Usage of a conversation whose folder is mounted, if it has an
+// image. A saved interpreter state counts too (state.go). In loop mode
+// the image holds the state's room already (reserve), out of free; the
+// bound leaves it out of free once, and where the kernel does not hold it
+// (walk mode, an image not reserved yet) too.
+func (f *Folders) usage(cid string) (used, free int64, err error) {
 	used, free, err = f.space.usage(f.Path(cid))
 	if err != nil {
 		return 0, 0, err
 	}
-	// A saved interpreter state counts too (state.go).
 	state := f.stateSize(cid)
-	return used + state, max(0, free-state), nil
+	return used + state, min(free, max(0, f.quota-used-state)), nil
 }
 
 // Remove deletes a conversation's files.
@@ -185,7 +197,7 @@ func (f *Folders) Remove(cid string) error {
 	if err := os.RemoveAll(f.convDir(cid)); err != nil {
 		return fmt.Errorf("remove conversation folder: %w", err)
 	}
-	return f.RemoveState(context.Background(), cid)
+	return f.removeState(cid)
 }
 
 // Release unmounts a conversation's files, if they are mounted, when idle
@@ -205,7 +217,7 @@ func (f *Folders) RemoveIdle(cid string, idle func(lastUse time.Time) bool) (boo
 		if err := os.RemoveAll(f.convDir(cid)); err != nil {
 			return fmt.Errorf("remove conversation folder: %w", err)
 		}
-		return f.RemoveState(context.Background(), cid)
+		return f.removeState(cid)
 	})
 }
 

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -40,6 +42,10 @@ type space interface {
 	usage(filesDir string) (used, free int64, err error)
 	// release undoes prepare's mount, if any; the files stay.
 	release(filesDir string) error
+	// reserve holds bytes of a prepared folder's room for what the
+	// conversation keeps beside it (its saved interpreter state), out of
+	// every writer's reach, where the kernel enforces the quota.
+	reserve(filesDir string, bytes int64) error
 	// hard reports whether the kernel enforces the quota.
 	hard() bool
 }
@@ -164,6 +170,10 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 
 func (w walkSpace) release(string) error { return nil }
 
+// reserve: Folders.Usage counts the state, and the executor's checks
+// stop a run that goes past the quota with it.
+func (w walkSpace) reserve(string, int64) error { return nil }
+
 type loopSpace struct {
 	quota    int64
 	uid, gid int
@@ -172,7 +182,8 @@ type loopSpace struct {
 
 func (l loopSpace) hard() bool { return true }
 
-// probe checks that this process can make and mount an image.
+// probe checks that this process can make and mount an image, and hold
+// room in it (reserve: /sys must be writable).
 func (l loopSpace) probe(root string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("not running as root")
@@ -197,7 +208,8 @@ func (l loopSpace) probe(root string) error {
 	if err := mountImage(img, mnt); err != nil {
 		return err
 	}
-	return unmount(mnt)
+	err = l.reserve(mnt, 1<<20)
+	return errors.Join(err, unmount(mnt))
 }
 
 func (l loopSpace) prepare(convDir, filesDir string) error {
@@ -240,6 +252,55 @@ func (l loopSpace) usage(filesDir string) (int64, int64, error) {
 	}
 	bs := int64(st.Bsize)
 	return int64(st.Blocks-st.Bfree) * bs, int64(st.Bavail) * bs, nil
+}
+
+// reserve sets the mounted image's reserved clusters (ext4's sysfs
+// reserved_clusters) to the kernel's own reserve plus bytes. Unlike the
+// superblock's reserved blocks (tune2fs -r), which root, and so the host
+// side of a gVisor sandbox, may still use, and which e2fsprogs caps at
+// half the image, these no writer gets, root and fallocate included, and
+// statfs leaves them out of Bavail. They last as long as the mount: prepare's
+// callers reserve again after each.
+func (l loopSpace) reserve(filesDir string, bytes int64) error {
+	mounted, err := isMountPoint(filesDir)
+	if err != nil || !mounted {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filesDir, &st); err != nil {
+		return fmt.Errorf("reserve room: %w", err)
+	}
+	// The loop device's name, as /sys/fs/ext4 knows it.
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return fmt.Errorf("reserve room: %w", err)
+	}
+	dev := filepath.Base(link)
+	sectors, err := os.ReadFile(filepath.Join("/sys/block", dev, "size"))
+	if err != nil {
+		return fmt.Errorf("reserve room: %w", err)
+	}
+	size, err := strconv.ParseInt(strings.TrimSpace(string(sectors)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("reserve room: size of %s: %w", dev, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(filesDir, &sfs); err != nil {
+		return fmt.Errorf("reserve room: statfs: %w", err)
+	}
+	bs := sfs.Bsize
+	blocks := size * 512 / bs
+	// The kernel's own reserve (2%, at most 4096 clusters:
+	// ext4_calculate_resv_clusters), for writes it cannot let fail, such
+	// as the conversion of unwritten extents; the kernel takes no more
+	// than the image less one.
+	clusters := min(blocks/50, 4096) + (bytes+bs-1)/bs
+	clusters = min(clusters, blocks-1)
+	attr := filepath.Join("/sys/fs/ext4", dev, "reserved_clusters")
+	if err := os.WriteFile(attr, []byte(strconv.FormatInt(clusters, 10)), 0); err != nil {
+		return fmt.Errorf("reserve room: %w", err)
+	}
+	return nil
 }
 
 func (l loopSpace) release(filesDir string) error {

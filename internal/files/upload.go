@@ -59,11 +59,10 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return Entry{}, fmt.Errorf("inspect file: %w", err)
 	}
-	_, free, err := f.space.usage(dir)
+	_, free, err := f.usage(cid)
 	if err != nil {
 		return Entry{}, fmt.Errorf("measure conversation folder: %w", err)
 	}
-	free = max(0, free-f.stateSize(cid)) // a saved interpreter state counts too
 	if existing != nil {
 		free += existing.Size()
 	}
