@@ -292,7 +292,8 @@ func executorLink(cfg *config.Config, standalone bool) (net.Listener, string, er
 //
 // Kept interpreters' saved state (snapshot.Blobs) goes to the
 // conversations' storage: the bucket with a remote file store (any
-// executor may take a conversation up), else the host folder.
+// executor may take a conversation up), through the working copies, which
+// hold its room, else the host folder.
 func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folders, st *store.Conversations,
 	log *slog.Logger) (*workcopy.Copies, snapshot.Blobs, error) {
 	if cfg.FileStore == nil {
@@ -302,7 +303,8 @@ func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folde
 	if err != nil {
 		return nil, nil, err
 	}
-	return workcopy.New(s3, folders, st, sandbox.UID, sandbox.GID, log), s3, nil
+	copies := workcopy.New(s3, folders, st, sandbox.UID, sandbox.GID, log)
+	return copies, copies, nil
 }
 
 // egressProxy is the proxy the connections programs make to their

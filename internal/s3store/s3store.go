@@ -319,7 +319,7 @@ func (s *Store) usage(ctx context.Context, conv string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	state, err := s.stateSize(ctx, conv)
+	state, err := s.StateSize(ctx, conv)
 	return used + state, err
 }
 
@@ -556,9 +556,9 @@ func (s *Store) StateRoom(ctx context.Context, conv string) (int64, error) {
 	return max(0, s.quota-used), nil
 }
 
-// stateSize returns the bytes of the conversation's saved state, 0 for
+// StateSize returns the bytes of the conversation's saved state, 0 for
 // none.
-func (s *Store) stateSize(ctx context.Context, conv string) (int64, error) {
+func (s *Store) StateSize(ctx context.Context, conv string) (int64, error) {
 	key, err := s.stateKey(conv)
 	if err != nil {
 		return 0, err

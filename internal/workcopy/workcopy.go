@@ -31,12 +31,22 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 )
 
-// Remote is the file store the copies come from: s3store.Store.
+// Remote is the file store the copies come from: s3store.Store. It keeps
+// conversations' saved interpreter states too (snapshot.Blobs), which
+// count in their quotas: a copy holds their room (State).
 type Remote interface {
 	List(ctx context.Context, conv string) ([]runbox.StoredFile, error)
 	Open(ctx context.Context, conv, name string) (io.ReadSeekCloser, runbox.StoredFile, error)
 	Put(ctx context.Context, conv, name string, r io.Reader, size int64) (runbox.StoredFile, error)
 	Delete(ctx context.Context, conv string, names []string) error
+
+	PutState(ctx context.Context, conv string, r io.Reader, limit int64) (int64, error)
+	OpenState(ctx context.Context, conv string) (io.ReadCloser, error)
+	RemoveState(ctx context.Context, conv string) error
+	StateRoom(ctx context.Context, conv string) (int64, error)
+	// StateSize returns the bytes of the conversation's saved state, 0
+	// for none.
+	StateSize(ctx context.Context, conv string) (int64, error)
 }
 
 // Versions are the versions of conversations' files in the shared state
@@ -178,6 +188,15 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 			delete(m.files, name)
 		}
 	}
+	// The saved state's room, which the store's files leave it (its
+	// changes take versions too: State).
+	state, err := c.remote.StateSize(ctx, cid)
+	if err != nil {
+		return err
+	}
+	if err := c.folders.HoldState(cid, state); err != nil {
+		return err
+	}
 	if kept == 0 {
 		m.version = v
 	}
@@ -308,4 +327,56 @@ func (c *Copies) put(ctx context.Context, root *os.Root, cid string, e runbox.St
 		return synced{}, err
 	}
 	return synced{etag: st.ETag, size: fi.Size(), modTime: fi.ModTime()}, nil
+}
+
+// The copies are where an executor's kept interpreters' saved states go
+// (snapshot.Blobs): to the remote store, while a conversation's copy here
+// holds the room of its state (files.Folders.HoldState), which its
+// sandbox may not write. Each change of a state takes a new version of the
+// conversation's files, so that a copy on another executor learns it at
+// its next run (Pull); this one's lists the store again then, as after
+// another's change: the manifest is left to the runs' pulls and pushes.
+
+// PutState stores the conversation's saved state in the remote store.
+func (c *Copies) PutState(ctx context.Context, cid string, r io.Reader, limit int64) (int64, error) {
+	n, err := c.remote.PutState(ctx, cid, r, limit)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.stateChanged(ctx, cid, n); err != nil {
+		return 0, errors.Join(err, c.remote.RemoveState(context.WithoutCancel(ctx), cid))
+	}
+	return n, nil
+}
+
+// OpenState opens the conversation's saved state in the remote store.
+func (c *Copies) OpenState(ctx context.Context, cid string) (io.ReadCloser, error) {
+	return c.remote.OpenState(ctx, cid)
+}
+
+// RemoveState removes the conversation's saved state from the remote
+// store, and gives its room back to the copy.
+func (c *Copies) RemoveState(ctx context.Context, cid string) error {
+	if err := c.remote.RemoveState(ctx, cid); err != nil {
+		return err
+	}
+	return c.stateChanged(ctx, cid, 0)
+}
+
+// StateRoom returns how many bytes the conversation's saved state may
+// take.
+func (c *Copies) StateRoom(ctx context.Context, cid string) (int64, error) {
+	return c.remote.StateRoom(ctx, cid)
+}
+
+// stateChanged holds the room of the conversation's state, now size bytes,
+// in its copy here, if it has one, and takes a new version of its files.
+func (c *Copies) stateChanged(ctx context.Context, cid string, size int64) error {
+	if c.folders.Exists(cid) {
+		if err := c.folders.HoldState(cid, size); err != nil {
+			return err
+		}
+	}
+	_, _, err := c.versions.FilesChanged(ctx, cid, -1, time.Now())
+	return err
 }

@@ -300,3 +300,53 @@ func TestJanitorForgetsRemovedCopy(t *testing.T) {
 		t.Errorf("the copy after its removal: %q, want the store's files", got)
 	}
 }
+
+// A saved state kept in the store takes its room from every copy of the
+// conversation: the one whose executor saved or removed it at once, any
+// other at its next run.
+func TestCopiesHoldTheState(t *testing.T) {
+	ctx := context.Background()
+	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+	a, b := newExecutor(t, s3, versions), newExecutor(t, s3, versions)
+	const cid, state = "conv-state", 300 << 10
+	a.run(t, cid, func(dir string) { write(t, dir, "f", "abc") })
+	b.run(t, cid, func(string) {})
+	usage := func(e executor) int64 {
+		t.Helper()
+		used, free, err := e.folders.Usage(cid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used+free != 1<<20 {
+			t.Errorf("used %d + free %d is not the quota", used, free)
+		}
+		return used
+	}
+	files := usage(a)
+
+	if _, err := a.copies.PutState(ctx, cid, strings.NewReader(strings.Repeat("s", state)), state); err != nil {
+		t.Fatal(err)
+	}
+	if got := usage(a); got != files+state {
+		t.Errorf("a's copy after the pause: used %d, want %d", got, files+state)
+	}
+	b.run(t, cid, func(string) {})
+	if got := usage(b); got != files+state {
+		t.Errorf("b's copy at its next run: used %d, want %d", got, files+state)
+	}
+
+	if err := b.copies.RemoveState(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if got := usage(b); got != files {
+		t.Errorf("b's copy after the restore: used %d, want %d", got, files)
+	}
+	a.run(t, cid, func(string) {})
+	if got := usage(a); got != files {
+		t.Errorf("a's copy at its next run: used %d, want %d", got, files)
+	}
+}
