@@ -320,3 +320,49 @@ func TestKeptStateS3(t *testing.T) {
 		t.Fatalf("after the pause: %+v", r)
 	}
 }
+
+// TestKeptStateTakesItsRoom: while a conversation's state is saved, its
+// programs may write its quota less the state, in loop and walk mode and
+// with FILE_STORE=s3 (where the executor's working copy learns the state
+// from the bucket); once the state is restored they may write the whole
+// quota again.
+func TestKeptStateTakesItsRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts options
+	}{
+		{"loop", options{}},
+		{"walk", options{env: []string{"SANDBOX_QUOTA_MODE=walk"}}},
+		{"s3", options{s3: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The kernel refuses the write in loop mode; in walk mode the
+			// executor stops the run that went past.
+			hard := tc.name != "walk"
+			mode := map[bool]string{true: "loop", false: "walk"}[hard]
+			tc.opts.env = append(tc.opts.env, "SANDBOX_QUOTA_BYTES=67108864", "SANDBOX_QUOTA_MODE="+mode)
+			s := start(t, tc.opts)
+			cs := s.session(nil)
+			cid := "roomy"
+			keptCell(t, cs, cid, "import os\nblob = os.urandom(30 << 20)")
+			var p keptState
+			if res := call(t, cs, "pause_session", map[string]any{"conversationId": cid}, &p); res.IsError || !p.Paused || p.StateBytes < 30<<20 {
+				t.Fatalf("pause_session: %s", text(res))
+			}
+			write40 := map[string]any{"language": "python", "conversationId": cid,
+				"code": "import os\ntry:\n    open('big.bin', 'wb').write(b'x' * (40 << 20))\nfinally:\n    print(os.path.getsize('big.bin'))"}
+			r := runCode(t, cs, write40)
+			refused := strings.Contains(r.Stderr, "No space left on device")
+			if r.Success || hard && !refused || !hard && !strings.Contains(r.Error, "quota of 67108864 bytes") {
+				t.Errorf("40 MB written in a 64 MB quota beside a 30 MB state: %+v", r)
+			}
+			runCode(t, cs, map[string]any{"language": "python", "conversationId": cid, "code": "import os\nos.remove('big.bin')"})
+			if r := keptCell(t, cs, cid, "print(len(blob))"); r.Stdout != fmt.Sprintln(30<<20) || !r.StateRestored {
+				t.Fatalf("the cell that restores it: %+v", r)
+			}
+			if r := runCode(t, cs, write40); !r.Success || r.Stdout != fmt.Sprintln(40<<20) {
+				t.Errorf("40 MB once the state is restored: %+v", r)
+			}
+		})
+	}
+}
