@@ -188,13 +188,7 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 			delete(m.files, name)
 		}
 	}
-	// The saved state's room, which the store's files leave it (its
-	// changes take versions too: State).
-	state, err := c.remote.StateSize(ctx, cid)
-	if err != nil {
-		return err
-	}
-	if err := c.folders.HoldState(cid, state); err != nil {
+	if err := c.holdState(ctx, cid); err != nil {
 		return err
 	}
 	if kept == 0 {
@@ -202,6 +196,17 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 	}
 	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
 	return nil
+}
+
+// holdState gives the conversation's saved state in the store its room
+// in the copy, which the store's files leave it (its changes take
+// versions too: State).
+func (c *Copies) holdState(ctx context.Context, cid string) error {
+	state, err := c.remote.StateSize(ctx, cid)
+	if err != nil {
+		return err
+	}
+	return c.folders.HoldState(cid, state)
 }
 
 // fetch writes the store's file name into the copy, whole or not at all.
