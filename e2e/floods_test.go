@@ -49,6 +49,35 @@ func redisUsed(t *testing.T, rdb *redis.Client) int64 {
 }
 
 // auditEntries counts the audit log's entries in Redis: raw and sealed.
+// callDuring makes valid calls (GET /v1/runners, 20 a second at most)
+// until the function it returns is called; that returns how many were
+// made. A call that fails fails the test.
+func callDuring(t *testing.T, s *service) func() int {
+	made := make(chan int, 1)
+	stop := make(chan struct{})
+	go func() {
+		n := 0
+		defer func() { made <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if code := s.request("GET", "/v1/runners", nil, nil); code != http.StatusOK {
+				t.Errorf("a valid call during the flood: %d", code)
+				return
+			}
+			n++
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-made
+	}
+}
+
 func auditEntries(rdb *redis.Client) int64 {
 	ctx := context.Background()
 	return rdb.XLen(ctx, "runbox:audit:raw").Val() + rdb.LLen(ctx, "runbox:audit:log").Val()
@@ -111,30 +140,11 @@ func TestRefusedRequestFlood(t *testing.T) {
 	}
 	// A client with a valid token, during the flood: each of its calls is
 	// audited (two entries).
-	validCalls := make(chan int, 1)
-	stop := make(chan struct{})
-	go func() {
-		n := 0
-		defer func() { validCalls <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if code := s.request("GET", "/v1/runners", nil, nil); code != http.StatusOK {
-				t.Errorf("a valid call during the flood: %d", code)
-				return
-			}
-			n++
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	validCalls := callDuring(t, s)
 	began := time.Now()
 	wg.Wait()
 	took := time.Since(began)
-	close(stop)
-	valid := <-validCalls
+	valid := validCalls()
 	if valid == 0 {
 		t.Error("no valid call was made during the flood")
 	}
@@ -210,31 +220,12 @@ for i in range(%d):
     s.close()
 print(refused)`, n)
 			// A valid call during the flood, as in TestRefusedRequestFlood.
-			validCalls := make(chan int, 1)
-			stop := make(chan struct{})
-			go func() {
-				n := 0
-				defer func() { validCalls <- n }()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if code := s.request("GET", "/v1/runners", nil, nil); code != http.StatusOK {
-						t.Errorf("a valid call during the flood: %d", code)
-						return
-					}
-					n++
-					time.Sleep(50 * time.Millisecond)
-				}
-			}()
+			validCalls := callDuring(t, s)
 			began := time.Now()
 			r := runEgress(t, cs, map[string]any{"language": "python", "conversationId": "flood", "code": code,
 				"timeout_seconds": 240, "network": map[string]any{"allowed_domains": []string{"files.test"}}})
 			took := time.Since(began)
-			close(stop)
-			calls := <-validCalls
+			calls := validCalls()
 			if calls == 0 {
 				t.Error("no valid call was made during the flood")
 			}
