@@ -90,7 +90,8 @@ type Engine interface {
 	Check(ctx context.Context, spec engine.Spec) error
 	// Create creates and starts a sandbox with its first process's
 	// standard streams attached; its standard error goes to stderr. A
-	// failure leaves no sandbox behind.
+	// failure leaves no sandbox behind; one for want of room wraps
+	// ErrNoRoom (room.go).
 	Create(ctx context.Context, spec engine.Spec, stderr io.Writer) (engine.Attached, error)
 	Kill(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
@@ -192,6 +193,9 @@ type Manager struct {
 	poolChanged       chan struct{}
 	wants             chan struct{} // a new conversation asked (PoolWants)
 	clock             clockwork.Clock
+	// roomWanted counts the runs making room for their sandbox
+	// (createRoom): the pool starts none meanwhile.
+	roomWanted int
 	// closed is set by Close: from then on no sandbox is kept (warm or
 	// pooled) and no background work starts.
 	closed bool
@@ -412,7 +416,7 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 	sb := m.take(key, req.DataDir)
 	if sb == nil {
 		var err error
-		if sb, err = m.create(ctx, runner, req); err != nil {
+		if sb, err = m.createRoom(ctx, runner, req); err != nil {
 			return Outcome{}, err
 		}
 	}

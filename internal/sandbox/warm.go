@@ -308,16 +308,22 @@ func (m *Manager) Close() int {
 // Prestart starts a sandbox for a conversation not known yet, mounting
 // dataDir (a slot), and keeps it in its language's pool until Adopt gives
 // it to a new conversation. Several may start at once; new conversations
-// that find the pool empty meanwhile wait for them (Adopt).
+// that find the pool empty meanwhile wait for them (Adopt). It makes no
+// room for its sandbox: when the engine has none, or a run is making
+// some, it fails with ErrNoRoom.
 func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error {
 	m.mu.Lock()
 	runner, ok := m.runners[language]
-	if ok {
+	wanted := m.roomWanted > 0
+	if ok && !wanted {
 		m.starting[language]++
 	}
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownLanguage, language)
+	}
+	if wanted {
+		return errRoomWanted
 	}
 	begin := m.clock.Now()
 	sb, err := m.create(ctx, runner, Request{RunID: "pool", Language: language, DataDir: dataDir})
