@@ -33,6 +33,8 @@ func outcome(st runState, x ending) runState {
 		oc.Cancelled, x.err = true, nil
 	}
 	switch {
+	case errors.Is(x.err, sandbox.ErrNoRoom):
+		return st.fail(x.err, errNoRoomMessage, x.now)
 	case x.err != nil:
 		return st.fail(x.err, "the sandbox failed while running the program", x.now)
 	case oc.Cancelled:
@@ -56,6 +58,10 @@ func outcome(st runState, x ending) runState {
 	}
 	return st
 }
+
+// errNoRoomMessage is a run's error when no sandbox could be started for
+// it: the engine had no room, and no idle sandbox was left to remove.
+const errNoRoomMessage = "no room for another sandbox: every sandbox of this executor is in use; try again later"
 
 // cancelled is the outcome of a run whose context ended: stopped at the
 // quota, idle, asked to by its client, or for a reason of the service's

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ func TestOutcome(t *testing.T) {
 		{name: "sandbox failed", x: ending{err: broken},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
 			message: "the sandbox failed while running the program"},
+		{name: "no room for a sandbox", x: ending{err: fmt.Errorf("start a sandbox: %w", sandbox.ErrNoRoom)},
+			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
+			message: errNoRoomMessage},
 		{name: "cancelled while the sandbox started", x: ending{err: broken, cause: errUserCancel},
 			status: runbox.StatusCancelled, event: runbox.EventCancelled, exit: -1, cancelled: true},
 		{name: "client cancelled", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: errUserCancel},

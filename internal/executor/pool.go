@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -66,12 +67,19 @@ func (p *poolFiller) loop(ctx context.Context) {
 		ended    = make(chan started, poolStarts)
 		starting = map[string]int{}  // by language
 		failed   = map[string]bool{} // a start failed: none until the next retry
+		// full: the engine had no room for a sandbox (sandbox.ErrNoRoom),
+		// of any language: none starts until the next retry. The pool
+		// never makes room by removing a conversation's idle sandbox;
+		// a run's start does (package sandbox).
+		full bool
+		// told: the log said so, and no start has succeeded since.
+		told bool
 	)
 	defer wg.Wait()
 	for {
 		for _, r := range p.runners {
 			lang := r.Language
-			if failed[lang] {
+			if failed[lang] || full {
 				continue
 			}
 			n := startsWanted(p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang),
@@ -86,13 +94,25 @@ func (p *poolFiller) loop(ctx context.Context) {
 			return
 		case s := <-ended:
 			starting[s.language]--
-			if s.err != nil && ctx.Err() == nil {
+			switch {
+			case s.err == nil:
+				told = false
+			case ctx.Err() != nil:
+			case errors.Is(s.err, sandbox.ErrNoRoom):
+				// Expected while the conversations' sandboxes fill the
+				// engine's room: not a fault, and said once.
+				if !told {
+					p.log.Info("no room for the pool's sandboxes; trying again later", "language", s.language, "retry", poolRetry, "err", s.err)
+				}
+				full, told = true, true
+			default:
 				p.log.Warn("start a sandbox for the pool", "language", s.language, "err", s.err)
 				failed[s.language] = true
 			}
 		case <-p.wants:
 		case <-t.Chan():
 			clear(failed)
+			full = false
 		}
 	}
 }

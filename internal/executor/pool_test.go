@@ -1,0 +1,151 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox"
+)
+
+// fakePool is the sandboxes as the pool filler sees them: Prestart fails
+// with fail for the languages in failing, and succeeds for the others.
+type fakePool struct {
+	mu      sync.Mutex
+	targets map[string]int
+	pooled  map[string]int
+	failing map[string]bool
+	fail    error
+	starts  map[string]int // Prestart calls, by language
+	wants   chan struct{}
+}
+
+func (f *fakePool) Pooled(lang string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pooled[lang]
+}
+
+func (f *fakePool) PoolTarget(lang string, _ int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.targets[lang]
+}
+
+func (f *fakePool) Prestart(_ context.Context, lang, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts[lang]++
+	if f.failing[lang] {
+		return f.fail
+	}
+	f.pooled[lang]++
+	return nil
+}
+
+func (f *fakePool) PoolWants() <-chan struct{} { return f.wants }
+
+func (f *fakePool) set(change func()) {
+	f.mu.Lock()
+	change()
+	f.mu.Unlock()
+}
+
+func (f *fakePool) started() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.starts)
+}
+
+type fakeSlots struct{}
+
+func (fakeSlots) NewSlot(name string) (string, error) { return "/slots/" + name, nil }
+func (fakeSlots) RemoveSlot(string) error             { return nil }
+func (fakeSlots) RemoveSlots(string) error            { return nil }
+
+// logFeed is a log's output, a line at a time.
+type logFeed chan string
+
+func (l logFeed) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default: // never holds the filler up
+	}
+	return len(p), nil
+}
+
+// TestPoolStopsWithoutRoom: a pool start the engine has no room for
+// stops every language's starts until the next retry — the pool makes no
+// room, and another language's sandbox would not fit either — where
+// another failure stops only its own language's.
+func TestPoolStopsWithoutRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		fail error
+		// retry: the retry comes, and python's start no longer fails.
+		retry bool
+		want  map[string]int
+	}{
+		{name: "no room: no language starts", fail: fmt.Errorf("start: %w", sandbox.ErrNoRoom),
+			want: map[string]int{"python": 1}},
+		{name: "no room, then the retry", fail: fmt.Errorf("start: %w", sandbox.ErrNoRoom), retry: true,
+			want: map[string]int{"python": 2, "bash": 1}},
+		{name: "another failure: the others start", fail: errors.New("image missing"),
+			want: map[string]int{"python": 1, "bash": 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			f := &fakePool{targets: map[string]int{"python": 1}, pooled: map[string]int{},
+				failing: map[string]bool{"python": true}, fail: tt.fail, starts: map[string]int{}, wants: make(chan struct{})}
+			lines := make(logFeed, 16)
+			p := &poolFiller{sandboxes: f, slots: fakeSlots{}, executor: "ex",
+				runners: []runbox.Runner{{Language: "python"}, {Language: "bash"}},
+				wants:   f.wants, clock: clock, log: slog.New(slog.NewTextHandler(lines, nil))}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				p.loop(ctx)
+			}()
+
+			// python's start failed, and the filler has taken it in: it
+			// logs that as it does.
+			select {
+			case <-lines:
+			case <-time.After(time.Minute):
+				t.Fatal("the failed start was not logged")
+			}
+			// bash wants a sandbox now; each wake-up is taken once the
+			// one before has been handled.
+			f.set(func() { f.targets["bash"] = 1 })
+			f.wants <- struct{}{}
+			f.wants <- struct{}{}
+			if tt.retry {
+				f.set(func() { f.failing["python"] = false })
+				if err := clock.BlockUntilContext(ctx, 1); err != nil { // the retry's ticker
+					t.Fatal(err)
+				}
+				clock.Advance(poolRetry)
+				for deadline := time.Now().Add(time.Minute); !maps.Equal(f.started(), tt.want); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("after the retry: %v started, want %v", f.started(), tt.want)
+					}
+				}
+			}
+			cancel()
+			<-done // and every start it made has ended
+			if got := f.started(); !maps.Equal(got, tt.want) {
+				t.Errorf("started %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
