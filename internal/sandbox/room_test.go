@@ -136,8 +136,10 @@ func (e *roomEngine) Remove(_ context.Context, id string) error {
 	return nil
 }
 
-func (e *roomEngine) List(context.Context, map[string]string) ([]engine.Sandbox, error) { return nil, nil }
-func (e *roomEngine) Wait(context.Context, string) error                                { return nil }
+func (e *roomEngine) List(context.Context, map[string]string) ([]engine.Sandbox, error) {
+	return nil, nil
+}
+func (e *roomEngine) Wait(context.Context, string) error { return nil }
 func (e *roomEngine) Inspect(context.Context, string) (engine.State, error) {
 	return engine.State{}, nil
 }
@@ -361,4 +363,3 @@ func total(m map[string]int) int {
 	}
 	return n
 }
-
