@@ -221,7 +221,13 @@ func (e *Executor) Start(ctx context.Context) error {
 		return errors.New("no runner images found (labelled sandbox.runner=true): run `make images`")
 	}
 	e.runners = runners
-	if err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); err != nil {
+	switch err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); {
+	case errors.Is(err, sandbox.ErrNoRoom):
+		// Not the runtime's fault: the engine is full, maybe of this
+		// executor's own orphans, which the reap below removes; a
+		// crash here would only restart into the same full engine.
+		e.log.Warn("the sandbox runtime could not be checked: no room for a sandbox", "err", err)
+	case err != nil:
 		return err
 	}
 	e.landlock = e.sandboxes.Landlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +28,22 @@ func roomMemory(t *testing.T, c cluster, e *Engine, n int) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := e.client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.Node).String(),
-	})
-	if err != nil {
-		t.Fatal(err)
+	// A pod going (an earlier test's namespace being deleted) would give
+	// its room back midway: wait until none is.
+	var pods *corev1.PodList
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		pods, err = e.client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.Node).String(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pods of the node still going after 2 minutes")
+		}
 	}
 	free := node.Status.Allocatable.Memory().Value()
 	for _, p := range pods.Items {
@@ -54,6 +66,8 @@ func roomMemory(t *testing.T, c cluster, e *Engine, n int) int64 {
 func TestNoRoomFailsFast(t *testing.T) {
 	c := testCluster(t)
 	e := c.engine(t)
+	// Gone before the next test measures the node's room.
+	t.Cleanup(func() { _, _ = e.Reap(context.Background(), nil, nil, 0) })
 	mem := roomMemory(t, c, e, 2)
 	var specs []Spec
 	for range 2 {
