@@ -203,19 +203,19 @@ func TestMakeRoom(t *testing.T) {
 		saved      []string // conversations whose kept state was saved
 	}{
 		{name: "room enough", warm: []idle{{"a", "python", false}}, room: 1, run: "new", lang: "python",
-			warmAfter: []string{"a"}},
+			warmAfter: []string{"a", "new"}},
 		{name: "the longest idle of the same language",
 			warm: []idle{{"b", "bash", false}, {"a", "python", true}, {"c", "python", false}}, run: "new", lang: "python",
-			warmAfter: []string{"b", "c"}, saved: []string{"a"}},
+			warmAfter: []string{"b", "c", "new"}, saved: []string{"a"}},
 		{name: "the longest idle of another language when none is of its own",
 			warm: []idle{{"b", "bash", true}, {"c", "bash", false}}, run: "new", lang: "python",
-			warmAfter: []string{"c"}, saved: []string{"b"}},
+			warmAfter: []string{"c", "new"}, saved: []string{"b"}},
 		{name: "a pooled one when no warm one is idle, from the largest pool",
 			pooled: map[string]int{"python": 1, "bash": 2}, run: "new", lang: "python",
-			pooledLeft: map[string]int{"python": 1, "bash": 1}},
+			warmAfter: []string{"new"}, pooledLeft: map[string]int{"python": 1, "bash": 1}},
 		{name: "warm ones before pooled ones",
 			warm: []idle{{"a", "bash", false}}, pooled: map[string]int{"python": 1}, run: "new", lang: "python",
-			pooledLeft: map[string]int{"python": 1}},
+			warmAfter: []string{"new"}, pooledLeft: map[string]int{"python": 1}},
 		{name: "nothing idle to remove", room: 0, run: "new", lang: "python",
 			noRoom: true, message: "every sandbox here is in use"},
 		{name: "room taken by others: a bounded number removed",
@@ -260,7 +260,9 @@ func TestMakeRoom(t *testing.T) {
 				oc, err := m.Run(t.Context(), Request{RunID: "r-" + conv, ConversationID: conv, Language: lang,
 					Code: "echo ok", Timeout: time.Minute, DataDir: folder(conv)}, func(Stream, []byte) {})
 				// The fake's agent cannot show a run clean (it does not
-				// sweep the test's processes): its sandbox is removed after.
+				// sweep the test's processes): its sandbox is removed
+				// after, and another started for the conversation in the
+				// background (refill), in the room the removal gave back.
 				if err == nil && oc.ExitCode != 0 {
 					t.Fatalf("run of %s: %+v", conv, oc)
 				}
@@ -317,6 +319,7 @@ func TestMakeRoom(t *testing.T) {
 			if err != nil && !strings.Contains(err.Error(), tt.message) {
 				t.Errorf("error %q does not say %q", err, tt.message)
 			}
+			m.bg.Wait() // the refill
 			var warmAfter []string
 			m.mu.Lock()
 			for k := range m.warm {
