@@ -36,7 +36,9 @@ var poolStarts = min(max(runtime.NumCPU(), 2), 8)
 // whenever a new conversation asks for one (wants), as each start ends,
 // and every poolRetry. A refill starts with the first sandbox taken, not
 // once the pool is empty, and several start at once (poolStarts); those
-// starting count towards the target.
+// starting count towards the target, and so do the sandboxes on their way
+// into the pool by recycling (the manager's Reclaim), which are started
+// for none.
 type poolFiller struct {
 	lifecycle.Base
 	sandboxes poolSandboxes
@@ -82,8 +84,11 @@ func (p *poolFiller) loop(ctx context.Context) {
 			if failed[lang] || full {
 				continue
 			}
-			n := startsWanted(p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang),
-				starting[lang], total(starting))
+			target, pooled := p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang)
+			// Sandboxes recycled into the pool, or reclaimed while new
+			// conversations find it empty, come sooner than a start.
+			coming := p.sandboxes.Reclaim(lang, target-pooled-starting[lang])
+			n := startsWanted(target, pooled+coming, starting[lang], total(starting))
 			for range n {
 				starting[lang]++
 				wg.Go(func() { ended <- started{lang, p.prestart(ctx, lang)} })

@@ -56,6 +56,10 @@ type runSandboxes interface {
 type poolSandboxes interface {
 	Pooled(language string) int
 	PoolTarget(language string, configured int) int
+	// Reclaim returns how many of n sandboxes the pool lacks are coming
+	// by recycling, reclaiming idle warm ones while new conversations
+	// find the pool empty.
+	Reclaim(language string, n int) int
 	Prestart(ctx context.Context, language, dataDir string) error
 	// PoolWants is signalled when a new conversation asks for a sandbox.
 	PoolWants() <-chan struct{}

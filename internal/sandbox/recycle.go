@@ -27,8 +27,25 @@ const resetTimeout = 20 * time.Second
 
 // recycle resets an evicted sandbox into the pool, or removes it.
 func (m *Manager) recycle(sb *sandbox) {
-	_, _ = m.pauseKept(sb) // it leaves its conversation: the state goes with it
+	m.mu.Lock()
+	m.recycling[sb.key.language]++
+	m.mu.Unlock()
+	m.recycleCounted(sb)
+}
+
+// recycleCounted is recycle of a sandbox counted in m.recycling already:
+// new conversations that find the pool empty wait for it rather than
+// start a sandbox of their own (nextPooled), until it joins the pool or
+// is removed.
+func (m *Manager) recycleCounted(sb *sandbox) {
 	lang, conv := sb.key.language, sb.key.conversation
+	defer func() {
+		m.mu.Lock()
+		m.recycling[lang]--
+		m.poolChangedLocked()
+		m.mu.Unlock()
+	}()
+	_, _ = m.pauseKept(sb) // it leaves its conversation: the state goes with it
 	if m.opts.Recycle == nil || sb.ended() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
 		return
@@ -45,6 +62,7 @@ func (m *Manager) recycle(sb *sandbox) {
 		return
 	}
 	reset := time.Since(begin)
+	sb.keeps = false
 	// Asked under the folder's lock: no other sandbox of the conversation
 	// may mount the folder about to become a slot. A run that starts
 	// meanwhile marks the folder used first (files.Folders.Ensure), which

@@ -190,9 +190,16 @@ type Manager struct {
 	// language; poolChanged is closed, and replaced, when a sandbox joins
 	// a pool or a start ends.
 	starting, waiting map[string]int
-	poolChanged       chan struct{}
-	wants             chan struct{} // a new conversation asked (PoolWants)
-	clock             clockwork.Clock
+	// recycling counts the sandboxes being recycled into each language's
+	// pool (recycle.go): coming, as those starting are.
+	recycling map[string]int
+	// pressed is when a new conversation last found its language's pool
+	// empty; reclaimed, when each conversation's sandbox was last
+	// reclaimed (reclaim.go).
+	pressed, reclaimed map[string]time.Time
+	poolChanged        chan struct{}
+	wants              chan struct{} // a new conversation asked (PoolWants)
+	clock              clockwork.Clock
 	// roomWanted counts the runs making room for their sandbox
 	// (createRoom): the pool starts none meanwhile.
 	roomWanted int
@@ -227,7 +234,8 @@ func NewManager(eng Engine, opts Options) *Manager {
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
 		held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clock),
-		starting: map[string]int{}, waiting: map[string]int{}, poolChanged: make(chan struct{}),
+		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
+		pressed: map[string]time.Time{}, reclaimed: map[string]time.Time{}, poolChanged: make(chan struct{}),
 		wants: make(chan struct{}, 1), clock: clock,
 	}
 }
@@ -421,6 +429,7 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 		}
 	}
 	var kept Outcome
+	sb.keeps = sb.keeps || req.KeepState
 	m.resumeKept(ctx, sb, req, &kept)
 	oc, err := sb.run(ctx, req, out)
 	oc.StateRestored, oc.LostVariables = kept.StateRestored, kept.LostVariables

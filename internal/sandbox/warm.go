@@ -56,6 +56,9 @@ type sandbox struct {
 	// keptGen is the generation of its kept interpreter (kept.go); 0 for
 	// none known.
 	keptGen int64
+	// keeps says that a kept-state cell ran in it since it was started or
+	// reset: an interpreter of its conversation may live in it.
+	keeps bool
 }
 
 // ended reports whether the sandbox's attached streams ended: it stopped,
@@ -420,21 +423,39 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 
 // nextPooled takes the pooled sandbox of language that waited longest (a
 // sandbox recycled a moment ago may still be starting its zygote). When
-// there is none but more are starting than conversations wait for, it
-// counts the caller among those waiting and returns what to wait on
-// instead; neither when there is nothing to wait for.
+// there is none, it counts the caller among those waiting and returns what
+// to wait on instead: a recycle under way not promised to a conversation
+// waiting already, one it reclaims for the caller (reclaim.go) — a reset
+// is quicker than a start — or a start under way; neither when there is
+// nothing to wait for.
 func (m *Manager) nextPooled(language string) (*sandbox, <-chan struct{}) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if p := m.pool[language]; len(p) > 0 {
 		m.pool[language] = p[1:]
+		m.mu.Unlock()
 		return p[0], nil
 	}
-	if m.starting[language] > m.waiting[language] && !m.closed {
-		m.waiting[language]++
-		return nil, m.poolChanged
+	if m.closed {
+		m.mu.Unlock()
+		return nil, nil
 	}
-	return nil, nil
+	m.pressed[language] = m.clock.Now()
+	var reclaimed *sandbox
+	if m.recycling[language] <= m.waiting[language] {
+		reclaimed = m.reclaimLocked(language)
+	}
+	coming := m.starting[language] + m.recycling[language]
+	if coming <= m.waiting[language] {
+		m.mu.Unlock()
+		return nil, nil
+	}
+	m.waiting[language]++
+	wait := m.poolChanged
+	m.mu.Unlock()
+	if reclaimed != nil {
+		m.startReclaimed(reclaimed)
+	}
+	return nil, wait
 }
 
 // drop removes the warm sandboxes match selects, several at once.

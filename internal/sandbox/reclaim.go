@@ -1,0 +1,109 @@
+package sandbox
+
+import "time"
+
+// A new conversation that finds its language's pool empty would wait for
+// a container start: hundreds of milliseconds on a quiet host, seconds
+// under a burst of new conversations, whose starts share the CPU with the
+// runs. Idle sandboxes kept warm for their conversations (fewer than
+// MaxWarm, so none was evicted) are a cheaper source: a reset takes tens
+// of milliseconds. So while new conversations come faster than the pool
+// fills, the longest-idle warm sandboxes are reclaimed — taken from their
+// conversations and recycled into the pool, as an eviction for the warm
+// limit would (recycle.go):
+//
+//   - a new conversation that finds the pool empty reclaims one for itself
+//     and waits for it, rather than for a start (nextPooled);
+//   - for a pressWindow after that, the pool filler refills the pool by
+//     reclaiming before it starts containers (Reclaim).
+//
+// A conversation whose sandbox comes back after a reclaim (its next run
+// gets a pooled sandbox, its files moved in) is not reclaimed again for
+// reclaimSpare: conversations that run one after another must not take
+// each other's sandboxes in turn. Never reclaimed: a sandbox where a
+// kept-state cell ran (its interpreter's state would be saved, seconds),
+// one of a conversation with a run under way or with another sandbox
+// here (its folder is theirs too), and none when recycling is off
+// (Options.Recycle nil).
+
+// pressWindow is how long after a new conversation found its pool empty
+// the pool is refilled by reclaiming.
+const pressWindow = demandWindow
+
+// reclaimSpare is how long a conversation whose sandbox was reclaimed is
+// spared another reclaim.
+const reclaimSpare = time.Minute
+
+// Reclaim refills language's pool by up to n sandboxes from the warm ones
+// while new conversations find the pool empty (pressWindow): recycles
+// under way count first, then the longest-idle warm sandboxes are
+// reclaimed for the rest. It returns how many are on their way to the
+// pool.
+func (m *Manager) Reclaim(language string, n int) int {
+	m.mu.Lock()
+	coming := min(m.recycling[language], max(n, 0))
+	var gone []*sandbox
+	if pressed, ok := m.pressed[language]; ok && m.clock.Since(pressed) < pressWindow {
+		for coming+len(gone) < n {
+			sb := m.reclaimLocked(language)
+			if sb == nil {
+				break
+			}
+			gone = append(gone, sb)
+		}
+	}
+	m.mu.Unlock()
+	for _, sb := range gone {
+		m.startReclaimed(sb)
+	}
+	return coming + len(gone)
+}
+
+// reclaimLocked takes the longest-idle reclaimable warm sandbox of
+// language from its conversation and counts it as recycling; nil if there
+// is none. The caller holds m.mu and starts its recycle (startReclaimed)
+// once it has let go.
+func (m *Manager) reclaimLocked(language string) *sandbox {
+	if m.opts.Recycle == nil || m.closed {
+		return nil
+	}
+	now := m.clock.Now()
+	for conv, at := range m.reclaimed {
+		if now.Sub(at) >= reclaimSpare {
+			delete(m.reclaimed, conv)
+		}
+	}
+	perConv := map[string]int{}
+	for k := range m.warm {
+		perConv[k.conversation]++
+	}
+	var oldest *sandbox
+	for k, sb := range m.warm {
+		if k.language != language || sb.keeps || sb.keptGen != 0 || m.held[k.conversation] > 0 ||
+			perConv[k.conversation] > 1 {
+			continue
+		}
+		if _, spared := m.reclaimed[k.conversation]; spared {
+			continue
+		}
+		if oldest == nil || sb.idleFrom.Before(oldest.idleFrom) {
+			oldest = sb
+		}
+	}
+	if oldest == nil {
+		return nil
+	}
+	delete(m.warm, oldest.key)
+	m.reclaimed[oldest.key.conversation] = now
+	m.recycling[language]++
+	return oldest
+}
+
+// startReclaimed recycles a reclaimed sandbox in the background.
+func (m *Manager) startReclaimed(sb *sandbox) {
+	m.log.Debug("reclaiming an idle sandbox for a new conversation", "container", shortID(sb.id),
+		"conversation", sb.key.conversation, "idle_ms", time.Since(sb.idleFrom).Milliseconds())
+	if !m.goBackground(func() { m.recycleCounted(sb) }) {
+		m.recycleCounted(sb) // closed: it is removed, and no longer counted
+	}
+}

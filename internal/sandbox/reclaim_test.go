@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestReclaim: a new conversation that finds the pool empty gets the
+// longest-idle warm sandbox that may be reclaimed, reset, instead of
+// waiting for a start — never one with a kept interpreter, one of a
+// conversation with a run under way or another sandbox here, nor, for
+// reclaimSpare, one of a conversation reclaimed before. The pool filler's
+// Reclaim takes them only while new conversations find the pool empty.
+func TestReclaim(t *testing.T) {
+	base := t.TempDir()
+	var mu sync.Mutex
+	dirs := map[string]string{} // by conversation
+	// The conversation's folder, mounted by its sandbox, becomes a slot,
+	// as files.Folders.Recycle makes it.
+	recycle := func(conv string, _ func(string) bool, _ time.Time) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		slot := filepath.Join(base, "slot-"+conv)
+		err := os.Rename(dirs[conv], slot)
+		delete(dirs, conv)
+		return slot, err
+	}
+	m := newManagerWith(t, func(o *Options) {
+		o.MaxPool = WarmLimits{Default: 4}
+		o.Recycle = recycle
+	})
+	ctx := context.Background()
+	dir := func(conv string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if dirs[conv] == "" {
+			dirs[conv] = dataDir(t)
+		}
+		return dirs[conv]
+	}
+	run := func(conv, lang string, keep bool) string {
+		t.Helper()
+		var c capture
+		code := "print(open('/etc/hostname').read().strip())"
+		if lang == "bash" {
+			code = "cat /etc/hostname"
+		}
+		oc, err := m.Run(ctx, Request{RunID: "r-" + conv, ConversationID: conv, Language: lang, Code: code,
+			KeepState: keep, Timeout: time.Minute, DataDir: dir(conv)}, c.output)
+		if err != nil || oc.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v %s", conv, oc, err, c.stderr.String())
+		}
+		return c.stdout.String()
+	}
+	// adopt asks for a pooled sandbox for a new conversation, as the
+	// executor does: the slot takes the conversation's folder's place.
+	adopt := func(conv string) bool {
+		t.Helper()
+		d := filepath.Join(base, conv)
+		ok := m.Adopt(ctx, conv, "python", func(slot string) (string, error) { return d, os.Rename(slot, d) })
+		if ok {
+			mu.Lock()
+			dirs[conv] = d
+			mu.Unlock()
+		}
+		return ok
+	}
+
+	if n := m.Reclaim("python", 4); n != 0 {
+		t.Errorf("the filler reclaimed %d while no new conversation found the pool empty", n)
+	}
+	// Idle from the longest to the shortest: kept, held, two, a, b.
+	run("kept", "python", true)
+	run("held", "python", false)
+	release := m.Hold("held")
+	defer release()
+	run("two", "python", false)
+	run("two", "bash", false)
+	hostA := run("a", "python", false)
+	hostB := run("b", "python", false)
+	if n := m.Reclaim("python", 4); n != 0 {
+		t.Errorf("the filler reclaimed %d while no new conversation found the pool empty", n)
+	}
+
+	if !adopt("c") {
+		t.Fatal("c got no sandbox")
+	}
+	if got := run("c", "python", false); got != hostA {
+		t.Errorf("c runs in %q, want a's reclaimed %q", got, hostA)
+	}
+	// a comes back: it gets a sandbox of its own, and is spared.
+	run("a", "python", false)
+	if !adopt("d") {
+		t.Fatal("d got no sandbox")
+	}
+	if got := run("d", "python", false); got != hostB {
+		t.Errorf("d runs in %q, want b's reclaimed %q", got, hostB)
+	}
+	if !adopt("e") { // c's, then d's: neither came back
+		t.Fatal("e got no sandbox")
+	}
+	if !adopt("f") {
+		t.Fatal("f got no sandbox")
+	}
+	run("e", "python", false)
+	run("f", "python", false)
+	// Left: a (spared), kept, held, two — and e and f, idle the shortest,
+	// which the filler reclaims now that new conversations found the pool
+	// empty.
+	if n := m.Reclaim("python", 4); n != 2 {
+		t.Errorf("the filler reclaimed %d, want e's and f's", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Pooled("python") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m.Pooled("python") != 2 {
+		t.Fatalf("%d pooled, want e's and f's", m.Pooled("python"))
+	}
+	if n := m.Reclaim("python", 4); n != 0 {
+		t.Errorf("the filler reclaimed %d more: one that must not be", n)
+	}
+	for _, conv := range []string{"kept", "held", "two", "a"} {
+		if !m.HasSandbox(conv) {
+			t.Errorf("%s lost its sandbox", conv)
+		}
+	}
+}
