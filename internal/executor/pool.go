@@ -36,9 +36,8 @@ var poolStarts = min(max(runtime.NumCPU(), 2), 8)
 // whenever a new conversation asks for one (wants), as each start ends,
 // and every poolRetry. A refill starts with the first sandbox taken, not
 // once the pool is empty, and several start at once (poolStarts); those
-// starting count towards the target, and so do the sandboxes on their way
-// into the pool by recycling (the manager's Reclaim), which are started
-// for none.
+// starting count towards the target, and so do those on their way into
+// the pool by recycling (the manager's Reclaim).
 type poolFiller struct {
 	lifecycle.Base
 	sandboxes poolSandboxes
@@ -85,9 +84,12 @@ func (p *poolFiller) loop(ctx context.Context) {
 				continue
 			}
 			target, pooled := p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang)
-			// Sandboxes recycled into the pool, or reclaimed while new
-			// conversations find it empty, come sooner than a start.
-			coming := p.sandboxes.Reclaim(lang, target-pooled-starting[lang])
+			// Sandboxes on their way into the pool by recycling (reclaimed
+			// from idle conversations while new ones find the pool empty)
+			// come sooner than a start and cost a reset, not a container:
+			// only what they do not bring is started. On a busy host a
+			// start's CPU slows the very runs it is for.
+			coming := p.sandboxes.Reclaim(lang, min(target-pooled-starting[lang], poolStarts))
 			n := startsWanted(target, pooled+coming, starting[lang], total(starting))
 			for range n {
 				starting[lang]++

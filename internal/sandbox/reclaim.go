@@ -15,12 +15,15 @@ import "time"
 //   - a new conversation that finds the pool empty reclaims one for itself
 //     and waits for it, rather than for a start (nextPooled);
 //   - for a pressWindow after that, the pool filler refills the pool by
-//     reclaiming before it starts containers (Reclaim).
+//     reclaiming before it starts containers (Reclaim), and the pool is
+//     sized for refills that take a reset's time, not a start's
+//     (demand.go).
 //
 // A conversation whose sandbox comes back after a reclaim (its next run
 // gets a pooled sandbox, its files moved in) is not reclaimed again for
 // reclaimSpare: conversations that run one after another must not take
-// each other's sandboxes in turn. Never reclaimed: a sandbox where a
+// each other's sandboxes in turn. Never reclaimed: a sandbox adopted by a
+// new conversation whose run has not taken it yet, one where a
 // kept-state cell ran (its interpreter's state would be saved, seconds),
 // one of a conversation with a run under way or with another sandbox
 // here (its folder is theirs too), and none when recycling is off
@@ -43,7 +46,7 @@ func (m *Manager) Reclaim(language string, n int) int {
 	m.mu.Lock()
 	coming := min(m.recycling[language], max(n, 0))
 	var gone []*sandbox
-	if pressed, ok := m.pressed[language]; ok && m.clock.Since(pressed) < pressWindow {
+	if m.pressedLocked(language) {
 		for coming+len(gone) < n {
 			sb := m.reclaimLocked(language)
 			if sb == nil {
@@ -79,7 +82,7 @@ func (m *Manager) reclaimLocked(language string) *sandbox {
 	}
 	var oldest *sandbox
 	for k, sb := range m.warm {
-		if k.language != language || sb.keeps || sb.keptGen != 0 || m.held[k.conversation] > 0 ||
+		if k.language != language || sb.adopted || sb.keeps || sb.keptGen != 0 || m.held[k.conversation] > 0 ||
 			perConv[k.conversation] > 1 {
 			continue
 		}
@@ -106,4 +109,18 @@ func (m *Manager) startReclaimed(sb *sandbox) {
 	if !m.goBackground(func() { m.recycleCounted(sb) }) {
 		m.recycleCounted(sb) // closed: it is removed, and no longer counted
 	}
+}
+
+// pressedNow says whether new conversations found language's pool empty
+// within the last pressWindow, and idle sandboxes may be reclaimed: the
+// pool is refilled by recycling then, not by starts.
+func (m *Manager) pressedNow(language string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pressedLocked(language)
+}
+
+func (m *Manager) pressedLocked(language string) bool {
+	pressed, ok := m.pressed[language]
+	return ok && m.opts.Recycle != nil && m.clock.Since(pressed) < pressWindow
 }

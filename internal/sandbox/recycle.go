@@ -83,7 +83,7 @@ func (m *Manager) recycleCounted(sb *sandbox) {
 	if m.toPool(lang, sb) != nil {
 		return
 	}
-	m.demand.returned(lang)
+	m.demand.recycled(lang, time.Since(begin))
 	m.log.Debug("recycled a sandbox", "container", shortID(sb.id),
 		"reset_ms", reset.Milliseconds(), "total_ms", time.Since(begin).Milliseconds())
 }

@@ -429,7 +429,7 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 		}
 	}
 	var kept Outcome
-	sb.keeps = sb.keeps || req.KeepState
+	sb.keeps, sb.adopted = sb.keeps || req.KeepState, false
 	m.resumeKept(ctx, sb, req, &kept)
 	oc, err := sb.run(ctx, req, out)
 	oc.StateRestored, oc.LostVariables = kept.StateRestored, kept.LostVariables

@@ -59,6 +59,9 @@ type sandbox struct {
 	// keeps says that a kept-state cell ran in it since it was started or
 	// reset: an interpreter of its conversation may live in it.
 	keeps bool
+	// adopted says that a new conversation adopted it and has not run in
+	// it yet: the run that asked for it is about to take it.
+	adopted bool
 }
 
 // ended reports whether the sandbox's attached streams ended: it stopped,
@@ -107,6 +110,9 @@ func (m *Manager) park(sb *sandbox) {
 	}
 	prev := m.warm[sb.key]
 	m.warm[sb.key] = sb
+	if m.pressedLocked(sb.key.language) {
+		m.poolChangedLocked() // new conversations waiting may reclaim it
+	}
 	var evict []*sandbox
 	var surplus *sandbox
 	if prev != nil && prev != sb {
@@ -320,6 +326,7 @@ func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error 
 	wanted := m.roomWanted > 0
 	if ok && !wanted {
 		m.starting[language]++
+		m.poolChangedLocked() // a new conversation waiting may wait for it
 	}
 	m.mu.Unlock()
 	if !ok {
@@ -357,47 +364,36 @@ func (m *Manager) PoolWants() <-chan struct{} { return m.wants }
 // way began earlier, and another start at once would only slow both.
 const adoptWait = 10 * time.Second
 
+// adoptGrace bounds how long a new conversation that finds nothing on its
+// way to the pool waits for something before it starts a sandbox of its
+// own: a run about to end parks a sandbox it may reclaim, or the pool
+// filler, woken by the same ask, begins a start. Either comes sooner than
+// a start of its own would end.
+const adoptGrace = 200 * time.Millisecond
+
 // Adopt gives a new conversation a pre-started sandbox of its language:
-// one that waits in the pool, or, when the pool is empty, one that is
-// starting for it and not promised to another conversation already
-// waiting (at most adoptWait, or until ctx ends). adopt turns the
-// sandbox's slot into the conversation's folder and returns that folder;
-// when it fails the sandbox goes back to the pool, unless the error is
-// ErrSpoiled. Adopt reports whether the conversation got one.
+// one that waits in the pool, or, when the pool is empty, one on its way
+// there and not promised to another conversation already waiting — a
+// recycle or a start (at most adoptWait), or what comes within
+// adoptGrace — until ctx ends. adopt turns the sandbox's slot into the
+// conversation's folder and returns that folder; when it fails the
+// sandbox goes back to the pool, unless the error is ErrSpoiled. Adopt
+// reports whether the conversation got one.
 func (m *Manager) Adopt(ctx context.Context, conversation, language string, adopt func(slot string) (string, error)) bool {
 	m.demand.took(language) // taken or not: the pool's size follows the asking
 	select {
 	case m.wants <- struct{}{}:
 	default:
 	}
-	var deadline clockwork.Timer // from the first wait on
-	defer func() {
-		if deadline != nil {
-			deadline.Stop()
-		}
-	}()
+	w := poolWait{m: m, language: language}
+	defer w.stop()
 	for {
-		sb, wait := m.nextPooled(language)
-		if wait != nil {
-			if deadline == nil {
-				deadline = m.clock.NewTimer(adoptWait)
-			}
-			select {
-			case <-wait:
-				m.mu.Lock()
-				m.waiting[language]--
-				m.mu.Unlock()
-				continue
-			case <-ctx.Done():
-			case <-deadline.Chan():
-			}
-			m.mu.Lock()
-			m.waiting[language]--
-			m.mu.Unlock()
-			return false
-		}
+		sb, wait, counted := m.nextPooled(language)
 		if sb == nil {
-			return false
+			if wait == nil || !w.wait(ctx, wait, counted) {
+				return false
+			}
+			continue
 		}
 		if sb.ended() {
 			m.discard(sb)
@@ -414,48 +410,98 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 			return false
 		}
 		m.mu.Lock()
-		sb.key, sb.dataDir = warmKey{conversation: conversation, language: language}, dir
+		sb.key, sb.dataDir, sb.adopted = warmKey{conversation: conversation, language: language}, dir, true
 		m.mu.Unlock()
 		m.park(sb)
 		return true
 	}
 }
 
+// poolWait is a new conversation's wait for a pooled sandbox: adoptWait
+// from its first wait for a sandbox on its way, adoptGrace from the first
+// of a run of waits with nothing on its way.
+type poolWait struct {
+	m               *Manager
+	language        string
+	deadline, grace clockwork.Timer // adoptWait, adoptGrace
+}
+
+// wait waits for the pool to change; counted says that the conversation
+// waits for a sandbox on its way (nextPooled counted it among those
+// waiting), within adoptWait, else for anything to come, within
+// adoptGrace. It reports whether to look at the pool again.
+func (w *poolWait) wait(ctx context.Context, changed <-chan struct{}, counted bool) bool {
+	var limit <-chan time.Time
+	if counted {
+		defer func() {
+			w.m.mu.Lock()
+			w.m.waiting[w.language]--
+			w.m.mu.Unlock()
+		}()
+		if w.deadline == nil {
+			w.deadline = w.m.clock.NewTimer(adoptWait)
+		}
+		if w.grace != nil { // something came: a later grace is a new one
+			w.grace.Stop()
+			w.grace = nil
+		}
+		limit = w.deadline.Chan()
+	} else {
+		if w.grace == nil {
+			w.grace = w.m.clock.NewTimer(adoptGrace)
+		}
+		limit = w.grace.Chan()
+	}
+	select {
+	case <-changed:
+		return true
+	case <-ctx.Done():
+	case <-limit:
+	}
+	return false
+}
+
+func (w *poolWait) stop() {
+	for _, t := range []clockwork.Timer{w.deadline, w.grace} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
 // nextPooled takes the pooled sandbox of language that waited longest (a
 // sandbox recycled a moment ago may still be starting its zygote). When
-// there is none, it counts the caller among those waiting and returns what
-// to wait on instead: a recycle under way not promised to a conversation
-// waiting already, one it reclaims for the caller (reclaim.go) — a reset
-// is quicker than a start — or a start under way; neither when there is
-// nothing to wait for.
-func (m *Manager) nextPooled(language string) (*sandbox, <-chan struct{}) {
+// there is none, it returns what to wait on instead: with counted, a
+// sandbox on its way not promised to a conversation waiting already — a
+// recycle under way, one it reclaims for the caller (reclaim.go), as a
+// reset is quicker than a start, or a start under way — for which it
+// counts the caller among those waiting; without, the pool's next change,
+// as nothing is on its way. Neither once the manager is closed.
+func (m *Manager) nextPooled(language string) (sb *sandbox, changed <-chan struct{}, counted bool) {
 	m.mu.Lock()
 	if p := m.pool[language]; len(p) > 0 {
 		m.pool[language] = p[1:]
 		m.mu.Unlock()
-		return p[0], nil
+		return p[0], nil, false
 	}
 	if m.closed {
 		m.mu.Unlock()
-		return nil, nil
+		return nil, nil, false
 	}
 	m.pressed[language] = m.clock.Now()
 	var reclaimed *sandbox
 	if m.recycling[language] <= m.waiting[language] {
 		reclaimed = m.reclaimLocked(language)
 	}
-	coming := m.starting[language] + m.recycling[language]
-	if coming <= m.waiting[language] {
-		m.mu.Unlock()
-		return nil, nil
+	changed = m.poolChanged
+	if counted = m.starting[language]+m.recycling[language] > m.waiting[language]; counted {
+		m.waiting[language]++
 	}
-	m.waiting[language]++
-	wait := m.poolChanged
 	m.mu.Unlock()
 	if reclaimed != nil {
 		m.startReclaimed(reclaimed)
 	}
-	return nil, wait
+	return nil, changed, counted
 }
 
 // drop removes the warm sandboxes match selects, several at once.
@@ -559,7 +605,7 @@ func (m *Manager) Hold(conversation string) (release func()) {
 func (m *Manager) PoolTarget(language string, configured int) int {
 	ceiling := poolCeiling(m.opts.MaxPool.For(language), m.opts.MaxWarm.For(language), m.opts.PoolMemory,
 		m.opts.Limits.Memory)
-	return m.demand.target(language, configured, ceiling)
+	return m.demand.target(language, configured, ceiling, m.pressedNow(language))
 }
 
 // Landlock reports whether programs in these sandboxes can be held to
