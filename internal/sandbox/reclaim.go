@@ -15,9 +15,11 @@ import "time"
 //   - a new conversation that finds the pool empty reclaims one for itself
 //     and waits for it, rather than for a start (nextPooled);
 //   - for a pressWindow after that, the pool filler refills the pool by
-//     reclaiming before it starts containers (Reclaim), and the pool is
-//     sized for refills that take a reset's time, not a start's
-//     (demand.go).
+//     reclaiming, and starts no container while sandboxes come that way
+//     (Reclaim), and the pool is sized for refills that take a reset's
+//     time, not a start's (demand.go);
+//   - a new conversation that finds nothing on its way waits adoptGrace
+//     for a run to end and park a sandbox it may reclaim.
 //
 // A conversation whose sandbox comes back after a reclaim (its next run
 // gets a pooled sandbox, its files moved in) is not reclaimed again for

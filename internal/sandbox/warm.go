@@ -406,6 +406,7 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 			return false
 		}
 		if err != nil {
+			m.log.Debug("a pooled sandbox's folder could not be adopted", "container", shortID(sb.id), "err", err)
 			_ = m.toPool(language, sb) // closed meanwhile: removed
 			return false
 		}
