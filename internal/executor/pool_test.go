@@ -53,6 +53,9 @@ func (f *fakePool) Prestart(_ context.Context, lang, _ string) error {
 
 func (f *fakePool) PoolWants() <-chan struct{} { return f.wants }
 
+// Reclaim: nothing comes by recycling here.
+func (f *fakePool) Reclaim(string, int) int { return 0 }
+
 func (f *fakePool) set(change func()) {
 	f.mu.Lock()
 	change()
