@@ -27,16 +27,19 @@ const resetTimeout = 20 * time.Second
 
 // recycle resets an evicted sandbox into the pool, or removes it.
 func (m *Manager) recycle(sb *sandbox) {
+	// It leaves its conversation: the state goes with it. Only then is it
+	// counted as coming: a save takes seconds, a start would be sooner.
+	_, _ = m.pauseKept(sb)
 	m.mu.Lock()
 	m.recycling[sb.key.language]++
 	m.mu.Unlock()
 	m.recycleCounted(sb)
 }
 
-// recycleCounted is recycle of a sandbox counted in m.recycling already:
-// new conversations that find the pool empty wait for it rather than
-// start a sandbox of their own (nextPooled), until it joins the pool or
-// is removed.
+// recycleCounted is recycle of a sandbox without a kept interpreter to
+// save, counted in m.recycling already: new conversations that find the
+// pool empty wait for it rather than start a sandbox of their own
+// (nextPooled), until it joins the pool or is removed.
 func (m *Manager) recycleCounted(sb *sandbox) {
 	lang, conv := sb.key.language, sb.key.conversation
 	defer func() {
@@ -45,7 +48,6 @@ func (m *Manager) recycleCounted(sb *sandbox) {
 		m.poolChangedLocked()
 		m.mu.Unlock()
 	}()
-	_, _ = m.pauseKept(sb) // it leaves its conversation: the state goes with it
 	if m.opts.Recycle == nil || sb.ended() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
 		return
