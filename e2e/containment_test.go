@@ -108,8 +108,13 @@ exit 7`
 		code := `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 me = os.getpid()
+def cmdline(p):
+    try:
+        return open(f"/proc/{p}/cmdline").read()
+    except OSError:  # it ended since the listing
+        return ""
 targets = [1] + [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)
-                 and "zygote.py" in open(f"/proc/{p}/cmdline").read()]
+                 and "zygote.py" in cmdline(p)]
 # gVisor shows any process's environment and descriptor numbers to all
 # (nothing secret is there: the image's variables), and the zygote's
 # stdin is /dev/null; what must hold is that no descriptor that carries
