@@ -16,9 +16,11 @@ import (
 // rather than leave a new sandbox waiting for room that would never come,
 // and a run's start makes room by removing idle sandboxes, as a warm
 // limit would: the warm one idle longest first (its kept state saved),
-// then pooled ones. The pool never makes room (Prestart): an idle
-// sandbox of a conversation is worth more than one for a conversation
-// that has not come.
+// then pooled ones. Never removed: a warm sandbox adopted by a new
+// conversation whose run has not taken it yet (its run would start a
+// sandbox of its own, as reclaim.go's filter says), nor one in use. The
+// pool never makes room (Prestart): an idle sandbox of a conversation is
+// worth more than one for a conversation that has not come.
 
 // ErrNoRoom, from an Engine's Create, says that the engine has no room
 // for another sandbox now, and that removing one may make some.
@@ -66,12 +68,17 @@ func (m *Manager) createRoom(ctx context.Context, runner runbox.Runner, req Requ
 // freeRoom removes one idle sandbox to make room for one of lang: the warm
 // one idle longest, of lang if there is one (the same size as the one to
 // start), else of any language, with its kept state saved first, as an
-// eviction does; else a pooled one, from the largest pool. It returns the
-// one it removed, or nil if there was none.
+// eviction does; else a pooled one, from the largest pool. A warm one
+// adopted by a new conversation whose run has not taken it yet is never
+// removed: that run would start a sandbox of its own. It returns the one
+// it removed, or nil if there was none.
 func (m *Manager) freeRoom(lang string) *sandbox {
 	m.mu.Lock()
 	var oldest *sandbox
 	for _, sb := range m.warm {
+		if sb.adopted {
+			continue
+		}
 		if oldest == nil || roomFirst(sb, oldest, lang) {
 			oldest = sb
 		}

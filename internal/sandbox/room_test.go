@@ -173,12 +173,16 @@ func (p *pauses) saved() []string {
 type idle struct {
 	conv, lang string
 	kept       bool // its kept interpreter has state
+	// adopted: a new conversation adopted it from the pool and has not
+	// run in it yet; else the conversation has run.
+	adopted bool
 }
 
 // TestMakeRoom: a run whose sandbox the engine has no room for removes
 // idle sandboxes to make some — the warm one idle longest, of its
 // language first, its kept state saved; else a pooled one — and tries
-// again, a bounded number of times; a pool start never does.
+// again, a bounded number of times; a pool start never does, and none
+// adopted by a new conversation that has not run in it yet is removed.
 func TestMakeRoom(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -202,30 +206,40 @@ func TestMakeRoom(t *testing.T) {
 		pooledLeft map[string]int
 		saved      []string // conversations whose kept state was saved
 	}{
-		{name: "room enough", warm: []idle{{"a", "python", false}}, room: 1, run: "new", lang: "python",
+		{name: "room enough", warm: []idle{{"a", "python", false, false}}, room: 1, run: "new", lang: "python",
 			warmAfter: []string{"a", "new"}},
 		{name: "the longest idle of the same language",
-			warm: []idle{{"b", "bash", false}, {"a", "python", true}, {"c", "python", false}}, run: "new", lang: "python",
+			warm: []idle{{"b", "bash", false, false}, {"a", "python", true, false}, {"c", "python", false, false}}, run: "new", lang: "python",
 			warmAfter: []string{"b", "c", "new"}, saved: []string{"a"}},
 		{name: "the longest idle of another language when none is of its own",
-			warm: []idle{{"b", "bash", true}, {"c", "bash", false}}, run: "new", lang: "python",
+			warm: []idle{{"b", "bash", true, false}, {"c", "bash", false, false}}, run: "new", lang: "python",
 			warmAfter: []string{"c", "new"}, saved: []string{"b"}},
 		{name: "a pooled one when no warm one is idle, from the largest pool",
 			pooled: map[string]int{"python": 1, "bash": 2}, run: "new", lang: "python",
 			warmAfter: []string{"new"}, pooledLeft: map[string]int{"python": 1, "bash": 1}},
 		{name: "warm ones before pooled ones",
-			warm: []idle{{"a", "bash", false}}, pooled: map[string]int{"python": 1}, run: "new", lang: "python",
+			warm: []idle{{"a", "bash", false, false}}, pooled: map[string]int{"python": 1}, run: "new", lang: "python",
 			warmAfter: []string{"new"}, pooledLeft: map[string]int{"python": 1}},
 		{name: "nothing idle to remove", room: 0, run: "new", lang: "python",
 			noRoom: true, message: "every sandbox here is in use"},
 		{name: "room taken by others: a bounded number removed",
-			warm: []idle{{"a", "python", false}, {"b", "python", false}, {"c", "python", false},
-				{"d", "python", false}, {"e", "python", false}, {"f", "python", false}},
+			warm: []idle{{"a", "python", false, false}, {"b", "python", false, false}, {"c", "python", false, false},
+				{"d", "python", false, false}, {"e", "python", false, false}, {"f", "python", false, false}},
 			taken: true, run: "new", lang: "python",
 			noRoom: true, message: fmt.Sprintf("after removing %d idle sandboxes", roomTries), warmAfter: []string{"e", "f"}},
 		{name: "a pool start removes nothing",
-			warm: []idle{{"a", "python", false}}, pooled: map[string]int{"python": 1}, lang: "python", prestart: true,
+			warm: []idle{{"a", "python", false, false}}, pooled: map[string]int{"python": 1}, lang: "python", prestart: true,
 			noRoom: true, warmAfter: []string{"a"}, pooledLeft: map[string]int{"python": 1}},
+		{name: "not one adopted and not yet run",
+			warm: []idle{{"a", "python", false, true}, {"b", "bash", false, false}, {"c", "python", false, true}},
+			run:  "new", lang: "python",
+			warmAfter: []string{"a", "c", "new"}},
+		{name: "a pooled one when only adopted ones are warm",
+			warm: []idle{{"a", "python", false, true}}, pooled: map[string]int{"bash": 1}, run: "new", lang: "python",
+			warmAfter: []string{"a", "new"}},
+		{name: "nothing to remove when only adopted ones are warm",
+			warm: []idle{{"a", "python", false, true}, {"b", "bash", false, true}}, run: "new", lang: "python",
+			noRoom: true, message: "every sandbox here is in use", warmAfter: []string{"a", "b"}},
 		{name: "a pool start waits for a run making room",
 			room: 1, lang: "python", prestart: true, making: true, noRoom: true},
 	} {
@@ -256,9 +270,9 @@ func TestMakeRoom(t *testing.T) {
 				}
 				return dir
 			}
-			run := func(conv, lang string) error {
+			run := func(conv, lang, dir string) error {
 				oc, err := m.Run(t.Context(), Request{RunID: "r-" + conv, ConversationID: conv, Language: lang,
-					Code: "echo ok", Timeout: time.Minute, DataDir: folder(conv)}, func(Stream, []byte) {})
+					Code: "echo ok", Timeout: time.Minute, DataDir: dir}, func(Stream, []byte) {})
 				// The fake's agent cannot show a run clean (it does not
 				// sweep the test's processes): its sandbox is removed
 				// after, and another started for the conversation in the
@@ -272,19 +286,34 @@ func TestMakeRoom(t *testing.T) {
 			eng.setRoom(len(tt.warm)+total(tt.pooled), false)
 			begin := time.Now().Add(-time.Hour)
 			// A conversation's warm sandbox, as a new conversation gets
-			// one: a pooled one adopted.
+			// one: a pooled one adopted (its slot the conversation's
+			// folder), then, unless the case wants it adopted only, a run
+			// in it, which takes it as a real run does; the fake's run
+			// leaves it unclean, and the sandbox that stays warm is the
+			// refill started for the conversation after.
 			for i, w := range tt.warm {
-				if err := m.Prestart(t.Context(), w.lang, folder("slot-"+w.conv)); err != nil {
+				dir := folder("slot-" + w.conv)
+				if err := m.Prestart(t.Context(), w.lang, dir); err != nil {
 					t.Fatal(err)
 				}
 				if !m.Adopt(t.Context(), w.conv, w.lang, func(slot string) (string, error) { return slot, nil }) {
 					t.Fatalf("%s did not adopt its sandbox", w.conv)
+				}
+				if !w.adopted {
+					if err := run(w.conv, w.lang, dir); err != nil {
+						t.Fatalf("run of %s: %v", w.conv, err)
+					}
+					m.bg.Wait() // the refill
 				}
 				m.mu.Lock()
 				sb := m.warm[warmKey{w.conv, w.lang}]
 				if sb == nil {
 					m.mu.Unlock()
 					t.Fatalf("%s's sandbox did not stay warm", w.conv)
+				}
+				if sb.adopted != w.adopted {
+					m.mu.Unlock()
+					t.Fatalf("%s's sandbox: adopted %v, want %v", w.conv, sb.adopted, w.adopted)
 				}
 				sb.idleFrom = begin.Add(time.Duration(i) * time.Minute)
 				if w.kept {
@@ -311,7 +340,7 @@ func TestMakeRoom(t *testing.T) {
 			if tt.prestart {
 				err = m.Prestart(t.Context(), tt.lang, folder("slot-new"))
 			} else {
-				err = run(tt.run, tt.lang)
+				err = run(tt.run, tt.lang, folder(tt.run))
 			}
 			if errors.Is(err, ErrNoRoom) != tt.noRoom || !tt.noRoom && err != nil {
 				t.Fatalf("start: %v; want no room: %v", err, tt.noRoom)
