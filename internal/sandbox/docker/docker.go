@@ -76,9 +76,24 @@ func (e *Engine) Images(ctx context.Context, label string) ([]engine.Image, erro
 	}
 	out := make([]engine.Image, 0, len(res.Items))
 	for _, img := range res.Items {
-		out = append(out, engine.Image{Tags: img.RepoTags, Labels: img.Labels})
+		out = append(out, engine.Image{Tags: references(img.RepoTags), Labels: img.Labels})
 	}
 	return out, nil
+}
+
+// references drops from an image's tags the placeholder a Docker Engine
+// of API 1.43 and older lists for an untagged image, "<none>:<none>": a
+// runner image's previous build, or the layer a build has made so far,
+// carries the runner labels without a name a container can be created
+// from ("invalid reference format", at every try of the pool).
+func references(tags []string) []string {
+	out := make([]string, 0, len(tags))
+	for _, t := range tags {
+		if t != "<none>:<none>" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // createTimeout bounds a container's creation, which is not cancelled
