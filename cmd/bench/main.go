@@ -40,7 +40,7 @@ func main() {
 func runOnly(binDir, only, outFile string, n, batchRuns int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	var rows []row
+	rows := []row{machineRow()}
 	for name := range strings.SplitSeq(only, ",") {
 		switch strings.TrimSpace(name) {
 		case "streams":
@@ -119,6 +119,7 @@ func runOnly(binDir, only, outFile string, n, batchRuns int) error {
 func run(binDir, outFile string, n, batchRuns int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
+	machine := machineRow() // before the service's processes start
 	svc, err := startService(binDir, serviceOptions{executors: 1})
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func run(binDir, outFile string, n, batchRuns int) error {
 		return err
 	}
 	s := &suite{svc: svc, client: client, cs: cs, n: n}
-	var rows []row
+	rows := []row{machine}
 	for _, measure := range []func(context.Context) ([]row, error){
 		s.warm,
 		s.roundTrips,
