@@ -12,9 +12,9 @@ import (
 // beside which the other rows are read: a page fault (a fork copies pages
 // by faults, an exit frees them) and a process spawned and reaped. A
 // virtual machine without nested paging makes both tens of times dearer
-// than on bare metal (a page fault measured 16 µs on one such day here,
-// ~0.3 µs on the usual one), and with them every start, reset and run of
-// a sandbox, while the rest of runbox costs what it did.
+// than on bare metal (a page fault measured 16 µs on one such day here),
+// and with them every start, reset and run of a sandbox, while the rest
+// of runbox costs what it did.
 func machineRow() row {
 	r := row{
 		measure:  "this machine, what the rows are read beside: a page's first touch (a fault); a process spawned and reaped (`/bin/true`), median",
