@@ -11,12 +11,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// aheadDepth is how many programs' processes a zygote keeps forked ahead.
-// Two: under gVisor a fork and its first steps take 10 to 20 ms here,
-// longer than a client takes to send its next run after an exit, so the
-// process forked after one run's sweep is not ready for the next run; the
-// one forked a run earlier is.
-const aheadDepth = 2
+// aheadDepth is how many programs' processes a zygote keeps forked ahead
+// once it has served two runs. Two: under gVisor a fork and its first
+// steps take 10 to 20 ms here, longer than a client takes to send its
+// next run after an exit, so the process forked after one run's sweep is
+// not ready for the next run; the one forked a run earlier is.
+//
+// Until then it keeps aheadFirst. A zygote is spawned for every
+// conversation a sandbox serves (a reset), and the next reset ends it with
+// what it forked ahead unused: under a burst of new conversations a
+// sandbox serves one run between two resets, and with two forked from the
+// start three processes were forked, and two ended unused, for the one
+// run — each a fork, its first steps and an exit, the dearest work of a
+// sandbox where page faults are dear (gVisor; a host without nested
+// paging, docs/performance.md). A conversation's second run then finds
+// the one forked after its first, waiting for the end of its fork if it
+// comes sooner.
+const (
+	aheadDepth = 2
+	aheadFirst = 1
+)
+
+// depthLocked is how many processes z keeps forked ahead now. The caller
+// holds z.mu.
+func (z *zygote) depthLocked() int {
+	if z.served < 2 {
+		return aheadFirst
+	}
+	return aheadDepth
+}
 
 // forkAhead asks a zygote that programs fork from to fork the next ones'
 // processes now, ahead of their runs (see "prefork" in zygote.py), each
@@ -24,10 +47,11 @@ const aheadDepth = 2
 // request itself: under gVisor a fork, and each hand-over between
 // processes, cost more than the rest of a short run. It is asked when the
 // zygote has started (or been spawned) and after the sweep of each run
-// forked from it, and keeps aheadDepth of them.
+// forked from it, and keeps depthLocked of them.
 func (z *zygote) forkAhead() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
+	z.served++
 	if z.ready {
 		z.forkAheadLocked()
 	}
@@ -35,7 +59,7 @@ func (z *zygote) forkAhead() {
 
 // forkAheadLocked is forkAhead for a caller that holds z.mu.
 func (z *zygote) forkAheadLocked() {
-	for z.sock != nil && len(z.aheads) < aheadDepth {
+	for z.sock != nil && len(z.aheads) < z.depthLocked() {
 		if !z.forkOneAheadLocked() {
 			return
 		}

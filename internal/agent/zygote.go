@@ -51,6 +51,7 @@ type zygote struct {
 	exits     map[int]chan syscall.WaitStatus
 	aheads    []*ahead // the next programs' processes, forked ahead, oldest first
 	preforks  int      // preforks asked for, numbering them
+	served    int      // runs forked from it whose sweep is over (forkAhead)
 	stopped   bool
 
 	quit     chan struct{} // closed by stop

@@ -293,8 +293,9 @@ time.sleep(60)`}, env, nil, plainWaiter{}, z.busy, nil)
 }
 
 // TestZygoteForksAhead: once a run is over, the zygote holds the next
-// programs' processes forked already (aheadDepth of them), the oldest of
-// which the next run becomes: a program finds only the others, which
+// programs' processes forked already (aheadFirst of them after its first
+// run, aheadDepth from its second on), the oldest of which the next run
+// becomes: a program finds only the others, which
 // wait as the zygote does, not dumpable; a kept-state cell finds none;
 // and one that was ended, interrupted or stopped costs the next run
 // nothing but the fork.
@@ -312,19 +313,26 @@ func TestZygoteForksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// aheads waits for the zygote's waiting children, oldest first.
-	aheads := func() []int {
+	// aheadsOf waits for the zygote's n waiting children, oldest first.
+	aheadsOf := func(n int) []int {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if kids := childrenOf(t, zygote); len(kids) == aheadDepth {
+			if kids := childrenOf(t, zygote); len(kids) == n {
 				slices.Sort(kids)
 				return kids
 			} else if time.Now().After(deadline) {
-				t.Fatalf("the zygote's children: %v; want the %d forked ahead", kids, aheadDepth)
+				t.Fatalf("the zygote's children: %v; want the %d forked ahead", kids, n)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	aheads := func() []int { t.Helper(); return aheadsOf(aheadDepth) }
+	// After its first run the zygote keeps one: the second run is that
+	// one, and the zygote then keeps aheadDepth.
+	first := aheadsOf(aheadFirst)
+	if got := strings.TrimSpace(run("import os\nprint(os.getpid())")); got != strconv.Itoa(first[0]) {
+		t.Fatalf("the second run was %s; want the one forked ahead after the first, %d", got, first[0])
 	}
 	// probe prints its pid and the zygote's other children.
 	probe := `import os
@@ -456,7 +464,7 @@ func TestZygoteSpares(t *testing.T) {
 				}
 			}
 			z.mu.Unlock()
-			if len(pids) == aheadDepth {
+			if len(pids) == aheadFirst { // a zygote that has served no run
 				return pids
 			}
 			if time.Now().After(deadline) {
