@@ -33,8 +33,8 @@ costs ~6 ms under gVisor, 27 with pandas imported, where it costs 0.3 and
 2 under runc; so it leaves the run's time. The agent keeps one forked
 ahead, two from the zygote's second run on (a zygote that serves one run
 before a reset forks no more than it needs): the zygote forks them while
-no program runs (the second may finish while one does), they are not dumpable until they become the program (as
-the zygote), and they block every signal a program could end or
+no program runs (the second may finish while one does), they are not
+dumpable until they become the program (as the zygote), and they block every signal a program could end or
 interrupt them with while they wait, and drop those that came; before a
 program that does not take one (a kept interpreter's cell, one under
 filesystem rules, the first after a preload made them stale) the agent
