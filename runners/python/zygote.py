@@ -25,20 +25,21 @@ same user); a spawned zygote restores them as Python started them.
 A request {"prefork": true, "seq"} carries four descriptors: a
 SOCK_SEQPACKET socket and the next program's stdin, stdout and stderr.
 The zygote forks that program's process ahead of its run and answers
-{"ahead": pid, "seq"}, then {"exit"} when it ends; the process waits on the
-socket for the run's request ({"path", "env", "cwd"}), which the agent
-sends it directly, goes on as a child forked for it would, and sends
-{"exit": code} on the socket as its last step. A fork of this process
-costs ~6 ms under gVisor, 27 with pandas imported, where it costs 0.3 and
-2 under runc; so it leaves the run's time. The agent keeps one forked
-ahead, two from the zygote's second run on (a zygote that serves one run
-before a reset forks no more than it needs): the zygote forks them while
-no program runs (the second may finish while one does), they are not
-dumpable until they become the program (as the zygote), and they block every signal a program could end or
-interrupt them with while they wait, and drop those that came; before a
-program that does not take one (a kept interpreter's cell, one under
-filesystem rules, the first after a preload made them stale) the agent
-kills them, so that no such program finds them.
+{"ahead": pid, "seq"}, then {"exit"} when it ends; the process waits on
+the socket for the run's request ({"path", "env", "cwd"}), which the
+agent sends it directly, goes on as a child forked for it would, and
+sends {"exit": code} on the socket as its last step. A fork of this
+process costs ~6 ms under gVisor, 27 with pandas imported, where it
+costs 0.3 and 2 under runc; so it leaves the run's time. The agent keeps
+one forked ahead, two from the zygote's second run on (a zygote that
+serves one run before a reset forks no more than it needs): the zygote
+forks them while no program runs (the second may finish while one does),
+they are not dumpable until they become the program (as the zygote), and
+they block every signal a program could end or interrupt them with while
+they wait, and drop those that came; before a program that does not take
+one (a kept interpreter's cell, one under filesystem rules, the first
+after a preload made them stale) the agent kills them, so that no such
+program finds them.
 
 A request {"kernel": true, "env", "cwd"} carries a fourth descriptor, a
 SOCK_SEQPACKET socket: the child becomes a kept interpreter (a "kernel",
