@@ -293,10 +293,9 @@ time.sleep(60)`}, env, nil, plainWaiter{}, z.busy, nil)
 }
 
 // TestZygoteForksAhead: once a run is over, the zygote holds the next
-// programs' processes forked already (aheadFirst of them after its first
-// run, aheadDepth from its second on), the oldest of which the next run
-// becomes: a program finds only the others, which
-// wait as the zygote does, not dumpable; a kept-state cell finds none;
+// programs' processes forked already (aheadDepth of them from its second
+// run on), the oldest of which the next run becomes: a program finds
+// only the others, which wait as the zygote does, not dumpable; a kept-state cell finds none;
 // and one that was ended, interrupted or stopped costs the next run
 // nothing but the fork.
 func TestZygoteForksAhead(t *testing.T) {
@@ -313,26 +312,20 @@ func TestZygoteForksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// aheadsOf waits for the zygote's n waiting children, oldest first.
-	aheadsOf := func(n int) []int {
+	// aheads waits for the zygote's waiting children, oldest first: it
+	// has served two runs (startPythonAgent's and the one above) or more.
+	aheads := func() []int {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if kids := childrenOf(t, zygote); len(kids) == n {
+			if kids := childrenOf(t, zygote); len(kids) == aheadDepth {
 				slices.Sort(kids)
 				return kids
 			} else if time.Now().After(deadline) {
-				t.Fatalf("the zygote's children: %v; want the %d forked ahead", kids, n)
+				t.Fatalf("the zygote's children: %v; want the %d forked ahead", kids, aheadDepth)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-	}
-	aheads := func() []int { t.Helper(); return aheadsOf(aheadDepth) }
-	// After its first run the zygote keeps one: the second run is that
-	// one, and the zygote then keeps aheadDepth.
-	first := aheadsOf(aheadFirst)
-	if got := strings.TrimSpace(run("import os\nprint(os.getpid())")); got != strconv.Itoa(first[0]) {
-		t.Fatalf("the second run was %s; want the one forked ahead after the first, %d", got, first[0])
 	}
 	// probe prints its pid and the zygote's other children.
 	probe := `import os
@@ -440,6 +433,25 @@ for f in os.listdir('/proc/self/fd'):
 				t.Errorf("the run took %v; its process ran %v", took, tt.atLeast)
 			}
 		})
+	}
+}
+
+// TestZygoteAheadDepth: a zygote keeps aheadFirst processes forked ahead
+// until it has served two runs, aheadDepth from then on.
+func TestZygoteAheadDepth(t *testing.T) {
+	_, z, _ := newTestZygote(t)
+	depth := func() int {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		return len(z.aheads)
+	}
+	for run, want := range []int{aheadFirst, aheadFirst, aheadDepth, aheadDepth} {
+		if run > 0 {
+			z.forkAhead() // as after the sweep of a run forked from it
+		}
+		if got := depth(); got != want {
+			t.Fatalf("after %d runs the zygote keeps %d forked ahead; want %d", run, got, want)
+		}
 	}
 }
 
