@@ -202,17 +202,18 @@ func TestKeptStatePauseResume(t *testing.T) {
 // TestKeptStateSurvivesIdleAndRestart: a kept interpreter idle past its
 // TTL is paused as its sandbox goes, and its state comes back with the
 // next cell; so it does when its executor is stopped (SIGTERM) and
-// another takes the conversation up.
+// another takes the conversation up. The TTL ends idle MCP sessions too
+// (the contract): each cell after a wait comes in a session of its own,
+// as a client whose session ended would open one.
 func TestKeptStateSurvivesIdleAndRestart(t *testing.T) {
 	s := start(t, options{env: []string{"SANDBOX_SESSION_TTL=1s"}})
-	cs := s.session(nil)
 	cid := "survivor"
-	keptCell(t, cs, cid, "import collections\nn = 41\nseen = collections.Counter('abca')")
+	keptCell(t, s.session(nil), cid, "import collections\nn = 41\nseen = collections.Counter('abca')")
 	// The janitor prunes every 30 s: the sandbox goes within that.
 	waitForLong(t, 90*time.Second, func() bool {
 		return strings.Contains(s.procs[0].out.String(), "saved a kept interpreter's state")
 	})
-	r := keptCell(t, cs, cid, "n += 1\nprint(n, seen['a'])")
+	r := keptCell(t, s.session(nil), cid, "n += 1\nprint(n, seen['a'])")
 	if r.Stdout != "42 2\n" || !r.StateRestored || r.StateLost {
 		t.Fatalf("after idling out: %+v", r)
 	}
@@ -227,7 +228,7 @@ func TestKeptStateSurvivesIdleAndRestart(t *testing.T) {
 	}
 	p, _ := s.startExecutor()
 	waitFor(t, func() bool { return strings.Contains(p.out.String(), "executor started") })
-	r = keptCell(t, cs, cid, "n += 1\nprint(n, seen['a'])")
+	r = keptCell(t, s.session(nil), cid, "n += 1\nprint(n, seen['a'])")
 	if r.Stdout != "43 2\n" || !r.StateRestored || r.StateLost {
 		t.Fatalf("after the executor's restart: %+v", r)
 	}
