@@ -51,7 +51,10 @@ func walkVerify(ctx context.Context, st *auditlog.Log, a Archive, chain *Chain) 
 	return v.Count(), nil
 }
 
-// record writes n calls (2n entries) at clock's time and seals them.
+// record writes n calls (2n entries) at clock's time and seals them. The
+// sealer holds the lease for an hour after it: SealAll renews it for
+// leaseTTL only, which a loaded machine spends before the test's next
+// export.
 func record(t *testing.T, st *auditlog.Log, s *Sealer, clock clockwork.Clock, n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -65,6 +68,9 @@ func record(t *testing.T, st *auditlog.Log, s *Sealer, clock clockwork.Clock, n 
 	}
 	if err := s.SealAll(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if held, err := st.Lease(ctx, s.holder, time.Hour); !held {
+		t.Fatalf("the lease after sealing: %v", err)
 	}
 }
 

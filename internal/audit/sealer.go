@@ -19,6 +19,10 @@ const (
 	// leaseTTL is how long a sealer holds its lease without renewing it;
 	// another api takes over this long after the sealer died.
 	leaseTTL = 5 * time.Second
+	// leaseRenew is how often a sealer that holds the lease renews it: a
+	// turn of its loop waits up to sealWait, so it is renewed well within
+	// leaseTTL.
+	leaseRenew = leaseTTL / 5
 	// sealWait is how long the sealer waits on the raw stream for news.
 	sealWait = time.Second
 	// sealBatch bounds the entries sealed in one script.
@@ -65,28 +69,63 @@ func (s *Sealer) Start(ctx context.Context) error {
 
 func (s *Sealer) loop(ctx context.Context) {
 	defer func() { _ = s.store.Release(context.WithoutCancel(ctx), s.holder) }()
-	lastTrim := time.Time{}
+	var (
+		lastTrim time.Time
+		// While the lease is held no other sealer moves the chain: its
+		// head is read once, not before every seal, and the lease renewed
+		// every leaseRenew, not at every turn (a turn is a seal, and every
+		// call of a tool records two entries). The seal script checks both
+		// all the same: a sealer that lost the lease, or whose head is
+		// stale, is refused (ErrConflict), and reads them again.
+		leased time.Time
+		head   *auditlog.Head
+		// length is the log's length after the last seal; -1: unknown,
+		// 0: at most the archive's bound (an export leaves it so).
+		length int64 = -1
+	)
 	for ctx.Err() == nil {
-		held, err := s.store.Lease(ctx, s.holder, leaseTTL)
-		if err != nil || !held {
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("audit sealer lease", "err", err)
+		if leased.IsZero() || s.clock.Since(leased) >= leaseRenew {
+			held, err := s.store.Lease(ctx, s.holder, leaseTTL)
+			if err != nil || !held {
+				if err != nil && ctx.Err() == nil {
+					s.log.Warn("audit sealer lease", "err", err)
+				}
+				leased, head = time.Time{}, nil
+				select {
+				case <-ctx.Done():
+				case <-s.clock.After(leaseTTL / 2):
+				}
+				continue
 			}
-			select {
-			case <-ctx.Done():
-			case <-s.clock.After(leaseTTL / 2):
+			leased = s.clock.Now()
+		}
+		if head == nil {
+			h, err := s.store.Head(ctx)
+			if err != nil {
+				s.pause(ctx, "read the audit chain's head", err)
+				continue
 			}
+			head = &h
+		}
+		to, n, l, err := s.seal(ctx, *head, sealWait)
+		switch {
+		case errors.Is(err, auditlog.ErrConflict):
+			leased, head = time.Time{}, nil
 			continue
+		case err != nil:
+			head = nil
+			s.pause(ctx, "seal audit entries", err)
+		case n > 0:
+			head, length = &to, l
 		}
-		if _, err := s.SealPending(ctx, sealWait); err != nil && ctx.Err() == nil {
-			s.log.Warn("seal audit entries", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-s.clock.After(time.Second):
+		if s.archive != nil && s.maxEntries > 0 && (length < 0 || length > s.maxEntries) {
+			if err := s.Export(ctx); err != nil {
+				if ctx.Err() == nil {
+					s.log.Error("export audit entries to the file store", "err", err)
+				}
+			} else {
+				length = 0
 			}
-		}
-		if err := s.Export(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("export audit entries to the file store", "err", err)
 		}
 		if s.retention > 0 && s.clock.Since(lastTrim) >= trimEvery {
 			lastTrim = s.clock.Now()
@@ -97,6 +136,18 @@ func (s *Sealer) loop(ctx context.Context) {
 	}
 }
 
+// pause logs err, unless ctx is done, and waits a second.
+func (s *Sealer) pause(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	s.log.Warn(what, "err", err)
+	select {
+	case <-ctx.Done():
+	case <-s.clock.After(time.Second):
+	}
+}
+
 // SealPending seals what waits, waiting up to block for something when
 // nothing does. The caller holds the lease. It returns how many it sealed.
 func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, error) {
@@ -104,9 +155,17 @@ func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, err
 	if err != nil {
 		return 0, err
 	}
+	_, n, _, err := s.seal(ctx, head, block)
+	return n, err
+}
+
+// seal seals what waits after head, waiting up to block for something
+// when nothing does. It returns the chain's new head, how many it sealed
+// and the log's length after them.
+func (s *Sealer) seal(ctx context.Context, head auditlog.Head, block time.Duration) (auditlog.Head, int, int64, error) {
 	raws, err := s.store.Pending(ctx, head.LastRaw, sealBatch, block)
 	if err != nil || len(raws) == 0 {
-		return 0, err
+		return head, 0, 0, err
 	}
 	to := head
 	sealed := make([]string, 0, len(raws))
@@ -119,20 +178,21 @@ func (s *Sealer) SealPending(ctx context.Context, block time.Duration) (int, err
 			e = Entry{Phase: "unreadable", Params: map[string]any{"raw_len": len(r.Entry)}}
 		}
 		if err := s.chain.Seal(&e, to.Seq, to.Hash); err != nil {
-			return 0, err
+			return head, 0, 0, err
 		}
 		b, err := json.Marshal(e)
 		if err != nil {
-			return 0, err
+			return head, 0, 0, err
 		}
 		sealed = append(sealed, string(b))
 		ids = append(ids, r.ID)
 		to.Seq, to.Hash, to.LastRaw = e.Seq, e.Hash, r.ID
 	}
-	if err := s.store.Seal(ctx, s.holder, head, to, sealed, ids); err != nil {
-		return 0, err
+	length, err := s.store.Seal(ctx, s.holder, head, to, sealed, ids)
+	if err != nil {
+		return head, 0, 0, err
 	}
-	return len(sealed), nil
+	return to, len(sealed), length, nil
 }
 
 // Export moves the oldest sealed entries to the archive, a segment at a

@@ -35,14 +35,20 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
 return 1
 `)
 
-// liveExecutorsScript returns the ids of executors whose heartbeat is
-// current.
+// liveExecutorsScript returns the records of the executors whose
+// heartbeat is current, in one round trip (one is read on every run's
+// submission).
 //
-// KEYS[1] executors zset
+// KEYS[1] executors zset, KEYS[2] an executor record's key without its id
 var liveExecutorsScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')) do
+  local v = redis.call('GET', KEYS[2] .. id)
+  if v then out[#out + 1] = v end
+end
+return out
 `)
 
 // Heartbeat registers an executor as alive for ttl.
@@ -85,29 +91,17 @@ func (s *Executors) Unregister(ctx context.Context, id string) error {
 
 // LiveExecutors returns the executors whose heartbeat is current.
 func (s *Executors) LiveExecutors(ctx context.Context) ([]runbox.ExecutorInfo, error) {
-	ids, err := liveExecutorsScript.Run(ctx, s.rdb, []string{executorsKey}).StringSlice()
+	vals, err := liveExecutorsScript.Run(ctx, s.rdb, []string{executorsKey, executorKey("")}).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("read executors: %w", err)
 	}
-	if len(ids) == 0 {
+	if len(vals) == 0 {
 		return nil, nil
-	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = executorKey(id)
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read executors: %w", err)
 	}
 	infos := make([]runbox.ExecutorInfo, 0, len(vals))
 	for _, v := range vals {
-		str, ok := v.(string)
-		if !ok {
-			continue
-		}
 		var info runbox.ExecutorInfo
-		if json.Unmarshal([]byte(str), &info) == nil {
+		if json.Unmarshal([]byte(v), &info) == nil {
 			infos = append(infos, info)
 		}
 	}

@@ -53,3 +53,34 @@ func TestMark(t *testing.T) {
 		}
 	})
 }
+
+// TestAllowConversation: a new conversation counts against its client's
+// hourly allowance and is known once admitted; one refused is not known,
+// and is refused again; a known one is not counted again.
+func TestAllowConversation(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		allow := func(key string) bool {
+			t.Helper()
+			wait, err := s.AllowConversation(ctx, "alice", key, 2, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return wait == 0
+		}
+		for _, tt := range []struct {
+			key  string
+			want bool
+		}{
+			{"~alice~a", true}, {"~alice~b", true}, {"~alice~a", true}, {"~alice~b", true},
+			{"~alice~c", false}, {"~alice~c", false}, {"~alice~a", true},
+		} {
+			if got := allow(tt.key); got != tt.want {
+				t.Errorf("AllowConversation(%s) = %v, want %v", tt.key, got, tt.want)
+			}
+		}
+		if m, err := s.Mark(ctx, "~alice~c"); err != nil || m.Known {
+			t.Errorf("a refused conversation is known: %+v, %v", m, err)
+		}
+	})
+}

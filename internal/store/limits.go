@@ -55,11 +55,17 @@ func (s *Limits) AllowCall(ctx context.Context, client string, perMinute int) (t
 // conversations of client, when it is new (seen in no run or upload within
 // ttl); it returns how long to wait when that is over.
 func (s *Limits) AllowConversation(ctx context.Context, client, key string, perHour int, ttl time.Duration) (time.Duration, error) {
-	known, err := s.rdb.Exists(ctx, knownConvKey(key)).Result()
+	// A known conversation (every run but its first) is one round trip:
+	// its mark's lease renewed. A new one is marked only once admitted, so
+	// that a refused one is refused again.
+	known, err := s.rdb.Expire(ctx, knownConvKey(key), ttl).Result()
 	if err != nil {
 		return 0, fmt.Errorf("count conversation: %w", err)
 	}
-	if known == 0 && perHour > 0 {
+	if known {
+		return 0, nil
+	}
+	if perHour > 0 {
 		res, err := s.rate.Allow(ctx, newConvsKey(client), redis_rate.PerHour(perHour))
 		if err != nil {
 			return 0, fmt.Errorf("count conversation: %w", err)

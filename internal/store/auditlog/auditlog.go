@@ -136,8 +136,8 @@ var ErrConflict = errors.New("audit: another sealer moved the chain")
 
 // Seal appends sealed entries after head from, moves the head and
 // removes their raw entries, if holder still holds the lease and the head
-// is still from.
-func (l *Log) Seal(ctx context.Context, holder string, from, to Head, sealed []string, rawIDs []string) error {
+// is still from. It returns how many sealed entries Redis holds then.
+func (l *Log) Seal(ctx context.Context, holder string, from, to Head, sealed []string, rawIDs []string) (int64, error) {
 	args := []any{holder, from.LastRaw, to.Seq, to.Hash, to.LastRaw, len(sealed)}
 	for _, e := range sealed {
 		args = append(args, e)
@@ -145,14 +145,14 @@ func (l *Log) Seal(ctx context.Context, holder string, from, to Head, sealed []s
 	for _, id := range rawIDs {
 		args = append(args, id)
 	}
-	ok, err := sealScript.Run(ctx, l.rdb, []string{auditLeaseKey, auditHeadKey, auditLogKey, auditRawKey}, args...).Int()
+	n, err := sealScript.Run(ctx, l.rdb, []string{auditLeaseKey, auditHeadKey, auditLogKey, auditRawKey}, args...).Int64()
 	if err != nil {
-		return fmt.Errorf("seal audit entries: %w", err)
+		return 0, fmt.Errorf("seal audit entries: %w", err)
 	}
-	if ok != 1 {
-		return ErrConflict
+	if n < 0 {
+		return 0, ErrConflict
 	}
-	return nil
+	return n, nil
 }
 
 // Entries returns sealed entries start..stop (list indexes; -1 is
@@ -267,16 +267,17 @@ func (l *Log) DropSegment(ctx context.Context, holder, segment, checkpoint strin
 // sealScript: KEYS[1] lease, KEYS[2] head, KEYS[3] log, KEYS[4] raw stream
 // ARGV[1] holder, ARGV[2] the head's raw id expected, ARGV[3] new seq,
 // ARGV[4] new hash, ARGV[5] new raw id, ARGV[6] n sealed, ARGV[7..6+n]
-// sealed entries, the rest raw ids to delete.
+// sealed entries, the rest raw ids to delete. Returns the log's length,
+// -1 when the lease or the head is not what the caller holds.
 var sealScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local raw = redis.call('HGET', KEYS[2], 'raw') or '0-0'
-if raw ~= ARGV[2] then return 0 end
+if raw ~= ARGV[2] then return -1 end
 local n = tonumber(ARGV[6])
 for i = 7, 6 + n do redis.call('RPUSH', KEYS[3], ARGV[i]) end
 redis.call('HSET', KEYS[2], 'seq', ARGV[3], 'hash', ARGV[4], 'raw', ARGV[5])
 for i = 7 + n, #ARGV do redis.call('XDEL', KEYS[4], ARGV[i]) end
-return 1
+return redis.call('LLEN', KEYS[3])
 `)
 
 // trimScript: KEYS[1] lease, KEYS[2] log, KEYS[3] checkpoint
