@@ -82,7 +82,7 @@ func (s *Server) createRun(c echo.Context) error {
 		return c.JSON(http.StatusOK, run)
 	}
 	if p.Wait {
-		res, err := s.opts.Runs.Wait(ctx, run.ID, 0, nil)
+		res, err := s.opts.Runs.Follow(ctx, run, nil)
 		if err != nil {
 			return err
 		}

@@ -61,7 +61,7 @@ func (s *Server) run(ctx context.Context, in runs.Request) (*runbox.Result, erro
 	s.log.Debug("run submitted", "run", run.ID, "client", auth.Client(ctx))
 	defer s.cancelWhenGone(ctx, run.ID, in.IdempotencyKey != "")()
 	onEvent, stopProgress := Progress(ctx)
-	res, err := s.runs.Wait(ctx, run.ID, 0, onEvent)
+	res, err := s.runs.Follow(ctx, run, onEvent)
 	stopProgress()
 	return res, err
 }

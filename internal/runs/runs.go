@@ -426,10 +426,21 @@ func (s *Service) Watch(ctx context.Context, id string, after int64) (*Watch, er
 // Wait follows a run to its end, handing each event after seq after to
 // onEvent (which may be nil), and returns the result.
 func (s *Service) Wait(ctx context.Context, id string, after int64, onEvent func(runbox.Event)) (*runbox.Result, error) {
-	w, err := s.Watch(ctx, id, after)
-	if err != nil {
+	if _, err := s.get(ctx, id); err != nil {
 		return nil, err
 	}
+	return s.follow(ctx, id, after, onEvent)
+}
+
+// Follow is Wait from the start for a run its caller has just submitted,
+// as Submit returned it: whose it is is known, and its record is not read
+// back (a round trip on every run_code).
+func (s *Service) Follow(ctx context.Context, run runbox.Run, onEvent func(runbox.Event)) (*runbox.Result, error) {
+	return s.follow(ctx, run.ID, 0, onEvent)
+}
+
+func (s *Service) follow(ctx context.Context, id string, after int64, onEvent func(runbox.Event)) (*runbox.Result, error) {
+	w := s.hub.Watch(ctx, id, after)
 	defer w.Close()
 	for {
 		ev, err := w.Next(ctx)

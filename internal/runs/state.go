@@ -54,7 +54,7 @@ func (s *Service) runKept(ctx context.Context, spec runbox.Spec) (*runbox.Result
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.Wait(ctx, run.ID, 0, nil)
+	res, err := s.Follow(ctx, run, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -622,26 +622,6 @@ func decodeResult(b []byte) (*runbox.Result, error) {
 	return r, nil
 }
 
-// withResult puts a run's result into its done event, which is stored
-// without it.
-func (s *Runs) withResult(ctx context.Context, id string, ev *runbox.Event) error {
-	if ev.Type != runbox.EventDone || ev.Result != nil {
-		return nil
-	}
-	b, err := s.rdb.HGet(ctx, keys.Run(id), "result").Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil // the run's record expired with its log
-	}
-	if err != nil {
-		return fmt.Errorf("read result of %s: %w", id, err)
-	}
-	ev.Result, err = decodeResult(b)
-	if err != nil {
-		return fmt.Errorf("read result of %s: %w", id, err)
-	}
-	return nil
-}
-
 // Executor returns the id of the executor a run was claimed by.
 func (s *Runs) Executor(ctx context.Context, id string) (string, error) {
 	v, err := s.rdb.HGet(ctx, keys.Run(id), "executor").Result()
@@ -652,19 +632,31 @@ func (s *Runs) Executor(ctx context.Context, id string) (string, error) {
 }
 
 // Events returns a run's events with seq greater than after, in order.
+//
+// The done event is stored without the run's result, which its record
+// holds: it is read in the same round trip, and put back. (It is set with
+// the done event, atomically: a log that holds done finds it. Before the
+// end there is none to read.)
 func (s *Runs) Events(ctx context.Context, id string, after int64) ([]runbox.Event, error) {
-	raw, err := s.rdb.LRange(ctx, keys.Events(id), after, -1).Result()
-	if err != nil {
+	pipe := s.rdb.Pipeline()
+	list := pipe.LRange(ctx, keys.Events(id), after, -1)
+	result := pipe.HGet(ctx, keys.Run(id), "result")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read events of %s: %w", id, err)
 	}
+	raw := list.Val()
 	evs := make([]runbox.Event, 0, len(raw))
 	for _, r := range raw {
 		var ev runbox.Event
 		if err := json.Unmarshal([]byte(r), &ev); err != nil {
 			return nil, fmt.Errorf("read events of %s: %w", id, err)
 		}
-		if err := s.withResult(ctx, id, &ev); err != nil {
-			return nil, err
+		if ev.Type == runbox.EventDone && ev.Result == nil && result.Err() == nil {
+			res, err := decodeResult([]byte(result.Val()))
+			if err != nil {
+				return nil, fmt.Errorf("read result of %s: %w", id, err)
+			}
+			ev.Result = res
 		}
 		evs = append(evs, ev)
 	}
