@@ -440,7 +440,7 @@ func (s *Service) Follow(ctx context.Context, run runbox.Run, onEvent func(runbo
 }
 
 func (s *Service) follow(ctx context.Context, id string, after int64, onEvent func(runbox.Event)) (*runbox.Result, error) {
-	w := s.hub.Watch(ctx, id, after)
+	w := &Watch{w: s.hub.Watch(ctx, id, after)} // the result as its client sees it
 	defer w.Close()
 	for {
 		ev, err := w.Next(ctx)

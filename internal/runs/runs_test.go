@@ -237,3 +237,49 @@ func TestSessionScope(t *testing.T) {
 		t.Errorf("its own session's stdin: %v", err)
 	}
 }
+
+// TestFollowAndWait: Wait (a run by its id, its owner checked) and Follow
+// (the run Submit returned, not read back) hand every event on and return
+// the result as its client sees it — its conversation's id, not the
+// store's key for it; Wait finds no run of another client.
+func TestFollowAndWait(t *testing.T) {
+	s, st, _ := newService(t)
+	withExecutor(t, st)
+	ctx := asClient("alice", clients.Tier{})
+	for _, tt := range []struct {
+		name   string
+		follow func(runbox.Run, func(runbox.Event)) (*runbox.Result, error)
+	}{
+		{"Wait", func(run runbox.Run, on func(runbox.Event)) (*runbox.Result, error) { return s.Wait(ctx, run.ID, 0, on) }},
+		{"Follow", func(run runbox.Run, on func(runbox.Event)) (*runbox.Result, error) { return s.Follow(ctx, run, on) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			run, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "echo 1", ConversationID: "demo-" + tt.name}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Wait(asClient("bob", clients.Tier{}), run.ID, 0, nil); runbox.ErrorCode(err) != runbox.ENotFound {
+				t.Errorf("another client's Wait: %v", err)
+			}
+			key, err := ConversationKey(ctx, run.ConversationID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				st.Claim(ctx, run.ID, "ex", time.Minute)
+				st.Append(ctx, run.ID, runbox.Event{Type: runbox.EventStdout, Data: "1\n"})
+				st.Finish(ctx, run.ID, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Lease: runbox.LeaseDelete,
+					Status: runbox.StatusSucceeded, Conversation: key,
+					Result: &runbox.Result{Success: true, Stdout: "1\n", RunID: run.ID, ConversationID: key}})
+			}()
+			var types []string
+			res, err := tt.follow(run, func(ev runbox.Event) { types = append(types, ev.Type) })
+			if err != nil || res.Stdout != "1\n" || res.ConversationID != "demo-"+tt.name {
+				t.Fatalf("%s = %+v, %v; want the output and the conversation's id", tt.name, res, err)
+			}
+			if strings.Join(types, ",") != "queued,started,stdout,done" {
+				t.Errorf("events %v", types)
+			}
+		})
+	}
+}
