@@ -24,6 +24,16 @@ const MaxPool = 16
 // start is tried again).
 const poolRetry = 5 * time.Second
 
+// startDelay is how long the starts wait that a new conversation's take
+// from the pool calls for: long enough for a burst to show itself — its
+// next new conversations find the pool empty (each waits for a slot, then
+// for the pool) and recycling serves them, so the pool starts nothing
+// (the manager's StartsHeld) — short beside the seconds between sporadic
+// new conversations, whose refill comes that much later. It is the
+// manager's adoptGrace, what a new conversation that finds nothing on its
+// way waits before it starts a sandbox of its own.
+const startDelay = 200 * time.Millisecond
+
 // poolStarts bounds the pool's sandboxes starting at once, all languages
 // together: one after another a burst outruns the refill, and more than
 // the machine has cores only share its CPU (a start is mostly the
@@ -34,10 +44,12 @@ var poolStarts = min(max(runtime.NumCPU(), 2), 8)
 // conversations — as many as the manager's PoolTarget says: the
 // configured Pool, more while new conversations come faster — at start,
 // whenever a new conversation asks for one (wants), as each start ends,
-// and every poolRetry. A refill starts with the first sandbox taken, not
-// once the pool is empty, and several start at once (poolStarts); those
-// starting count towards the target; none starts while sandboxes come by
-// recycling (the manager's Reclaim).
+// and every poolRetry. A refill starts startDelay after the first sandbox
+// taken, not once the pool is empty, and several start at once
+// (poolStarts); those starting count towards the target; none starts while
+// sandboxes come by recycling (the manager's Reclaim), nor while new
+// conversations find the pool empty and recycling serves them
+// (StartsHeld).
 type poolFiller struct {
 	lifecycle.Base
 	sandboxes poolSandboxes
@@ -75,6 +87,9 @@ func (p *poolFiller) loop(ctx context.Context) {
 		full bool
 		// told: the log said so, and no start has succeeded since.
 		told bool
+		// hold ends the startDelay of a new conversation's take: no
+		// start until then. nil when none is under way.
+		hold <-chan time.Time
 	)
 	defer wg.Wait()
 	for {
@@ -85,6 +100,9 @@ func (p *poolFiller) loop(ctx context.Context) {
 			}
 			target, pooled := p.sandboxes.PoolTarget(lang, p.pool.For(lang)), p.sandboxes.Pooled(lang)
 			coming := p.sandboxes.Reclaim(lang, min(target-pooled-starting[lang], poolStarts))
+			if hold != nil || p.sandboxes.StartsHeld(lang) {
+				continue
+			}
 			n := startsWanted(target, pooled, coming, starting[lang], total(starting))
 			for range n {
 				starting[lang]++
@@ -112,6 +130,11 @@ func (p *poolFiller) loop(ctx context.Context) {
 				failed[s.language] = true
 			}
 		case <-p.wants:
+			if hold == nil {
+				hold = p.clock.After(startDelay)
+			}
+		case <-hold:
+			hold = nil
 		case <-t.Chan():
 			clear(failed)
 			full = false

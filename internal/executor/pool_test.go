@@ -25,6 +25,8 @@ type fakePool struct {
 	failing map[string]bool
 	fail    error
 	starts  map[string]int // Prestart calls, by language
+	held    map[string]bool
+	asked   int // StartsHeld calls
 	wants   chan struct{}
 }
 
@@ -55,6 +57,30 @@ func (f *fakePool) PoolWants() <-chan struct{} { return f.wants }
 
 // Reclaim: nothing comes by recycling here.
 func (f *fakePool) Reclaim(string, int) int { return 0 }
+
+func (f *fakePool) StartsHeld(lang string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.held[lang]
+}
+
+// waitAsked waits until StartsHeld has been called more than n times: the
+// filler has looked at its starts since.
+func (f *fakePool) waitAsked(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		asked := f.asked
+		f.mu.Unlock()
+		if asked > n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool filler did not look at its starts")
+		}
+	}
+}
 
 func (f *fakePool) set(change func()) {
 	f.mu.Lock()
@@ -107,7 +133,8 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := clockwork.NewFakeClock()
 			f := &fakePool{targets: map[string]int{"python": 1}, pooled: map[string]int{},
-				failing: map[string]bool{"python": true}, fail: tt.fail, starts: map[string]int{}, wants: make(chan struct{})}
+				failing: map[string]bool{"python": true}, fail: tt.fail, starts: map[string]int{}, wants: make(chan struct{}),
+				held: map[string]bool{}}
 			lines := make(logFeed, 16)
 			p := &poolFiller{sandboxes: f, slots: fakeSlots{}, executor: "ex",
 				runners: []runbox.Runner{{Language: "python"}, {Language: "bash"}},
@@ -128,16 +155,18 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 				t.Fatal("the failed start was not logged")
 			}
 			// bash wants a sandbox now; each wake-up is taken once the
-			// one before has been handled.
+			// one before has been handled, and the start waits for
+			// startDelay.
 			f.set(func() { f.targets["bash"] = 1 })
 			f.wants <- struct{}{}
 			f.wants <- struct{}{}
+			if err := clock.BlockUntilContext(ctx, 2); err != nil { // the retry's ticker, the delay
+				t.Fatal(err)
+			}
+			clock.Advance(startDelay)
 			if tt.retry {
 				f.set(func() { f.failing["python"] = false })
-				if err := clock.BlockUntilContext(ctx, 1); err != nil { // the retry's ticker
-					t.Fatal(err)
-				}
-				clock.Advance(poolRetry)
+				clock.Advance(poolRetry - startDelay)
 				for deadline := time.Now().Add(time.Minute); !maps.Equal(f.started(), tt.want); time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatalf("after the retry: %v started, want %v", f.started(), tt.want)
@@ -148,6 +177,57 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 			<-done // and every start it made has ended
 			if got := f.started(); !maps.Equal(got, tt.want) {
 				t.Errorf("started %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPoolStartDelay: the start a new conversation's take calls for waits
+// startDelay, and is not made while the manager holds starts (new
+// conversations find the pool empty and recycling serves them).
+func TestPoolStartDelay(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		held bool
+		want int
+	}{
+		{name: "not held: it starts once the delay is over", want: 1},
+		{name: "held: none starts", held: true, want: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			f := &fakePool{targets: map[string]int{"python": 1}, pooled: map[string]int{"python": 1},
+				starts: map[string]int{}, held: map[string]bool{"python": tt.held}, wants: make(chan struct{})}
+			p := &poolFiller{sandboxes: f, slots: fakeSlots{}, executor: "ex", runners: []runbox.Runner{{Language: "python"}},
+				wants: f.wants, clock: clock, log: slog.New(slog.DiscardHandler)}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				p.loop(ctx)
+			}()
+			defer func() { cancel(); <-done }()
+			f.waitAsked(t, 0) // the pool is full: nothing to start
+
+			// A new conversation takes the pooled sandbox.
+			f.set(func() { f.pooled["python"] = 0 })
+			f.wants <- struct{}{}
+			if err := clock.BlockUntilContext(ctx, 2); err != nil { // the retry's ticker, the delay
+				t.Fatal(err)
+			}
+			if got := f.started()["python"]; got != 0 {
+				t.Fatalf("%d started within the delay", got)
+			}
+			f.mu.Lock()
+			asked := f.asked
+			f.mu.Unlock()
+			clock.Advance(startDelay)
+			f.waitAsked(t, asked)
+			for deadline := time.Now().Add(time.Minute); f.started()["python"] != tt.want; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d started after the delay, want %d", f.started()["python"], tt.want)
+				}
 			}
 		})
 	}

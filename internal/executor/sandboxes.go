@@ -60,6 +60,9 @@ type poolSandboxes interface {
 	// by recycling, reclaiming idle warm ones while new conversations
 	// find the pool empty.
 	Reclaim(language string, n int) int
+	// StartsHeld reports that new conversations find the pool empty and
+	// recycling serves them: no sandbox is to be started.
+	StartsHeld(language string) bool
 	Prestart(ctx context.Context, language, dataDir string) error
 	// PoolWants is signalled when a new conversation asks for a sandbox.
 	PoolWants() <-chan struct{}

@@ -15,9 +15,10 @@ import "time"
 //   - a new conversation that finds the pool empty reclaims one for itself
 //     and waits for it, rather than for a start (nextPooled);
 //   - for a pressWindow after that, the pool filler refills the pool by
-//     reclaiming, and starts no container while sandboxes come that way
-//     (Reclaim), and the pool is sized for refills that take a reset's
-//     time, not a start's (demand.go);
+//     reclaiming (Reclaim) and starts no container unless a new
+//     conversation waited in vain meanwhile (StartsHeld), and the pool is
+//     sized for refills that take a reset's time, not a start's
+//     (demand.go);
 //   - a new conversation that finds nothing on its way waits adoptGrace
 //     for a run to end and park a sandbox it may reclaim.
 //
@@ -111,6 +112,23 @@ func (m *Manager) startReclaimed(sb *sandbox) {
 	if !m.goBackground(func() { m.recycleCounted(sb) }) {
 		m.recycleCounted(sb) // closed: it is removed, and no longer counted
 	}
+}
+
+// StartsHeld reports whether the pool filler should start no sandbox of
+// language now: new conversations found the pool empty within
+// pressWindow, and recycling served each of them — none waited in vain
+// and started a sandbox of its own meanwhile. A reset costs a small part
+// of a container start's CPU, and a start made during a burst of short
+// runs only slows the runs it is for: its CPU is theirs, and the run that
+// takes the new sandbox waits for its interpreter to start (cmd/bench's
+// burst: p99 305–496 ms with those starts, 154–205 ms without). Runs that
+// outlast a start are the other case: a conversation that waited
+// adoptGrace in vain ends the hold.
+func (m *Manager) StartsHeld(language string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	starved, ok := m.starved[language]
+	return m.pressedLocked(language) && (!ok || m.clock.Since(starved) >= pressWindow)
 }
 
 // pressedNow says whether new conversations found language's pool empty

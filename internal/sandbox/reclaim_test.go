@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // TestReclaim: a new conversation that finds the pool empty gets the
@@ -129,4 +131,77 @@ func TestReclaim(t *testing.T) {
 			t.Errorf("%s lost its sandbox", conv)
 		}
 	}
+}
+
+// TestStartsHeld: while new conversations find the pool empty and
+// recycling serves them, the pool starts nothing; a conversation that
+// waited in vain (and starts a sandbox of its own) ends the hold, as does
+// a pressWindow with no conversation finding the pool empty. A wait its
+// caller gave up is not one in vain.
+func TestStartsHeld(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	m := NewManager(nil, Options{Clock: clock, MaxWarm: WarmLimits{Default: 8},
+		Recycle: func(string, func(string) bool, time.Time) (string, error) { return "", nil }})
+	adopt := func(slot string) (string, error) { return slot + "-adopted", nil }
+	held := func(want bool, when string) {
+		t.Helper()
+		if got := m.StartsHeld("python"); got != want {
+			t.Fatalf("%s: starts held %v, want %v", when, got, want)
+		}
+	}
+	got := make(chan bool)
+	adoptIn := func(ctx context.Context, conv string) {
+		go func() { got <- m.Adopt(ctx, conv, "python", adopt) }()
+	}
+	held(false, "before any new conversation")
+
+	// A new conversation finds the pool empty; a recycled sandbox comes.
+	adoptIn(t.Context(), "served")
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil { // its grace
+		t.Fatal(err)
+	}
+	held(true, "while it waits")
+	sb := &sandbox{m: m, id: "recycled", key: warmKey{language: "python"}, dataDir: "slot", done: make(chan struct{})}
+	if err := m.toPool("python", sb); err != nil {
+		t.Fatal(err)
+	}
+	if !<-got {
+		t.Fatal("the waiting conversation did not get the recycled sandbox")
+	}
+	held(true, "once recycling served it")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	adoptIn(ctx, "cancelled")
+	cancel()
+	if <-got {
+		t.Fatal("a cancelled conversation adopted a sandbox")
+	}
+	held(true, "after a wait its caller gave up")
+
+	adoptIn(t.Context(), "starved")
+	for waiting := true; waiting; {
+		clock.Advance(adoptGrace)
+		select {
+		case ok := <-got:
+			if ok {
+				t.Fatal("adopted with nothing pooled or on its way")
+			}
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	held(false, "after a conversation waited in vain")
+
+	clock.Advance(pressWindow)
+	held(false, "a quiet pressWindow later")
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	adoptIn(ctx, "pressed again")
+	for deadline := time.Now().Add(10 * time.Second); !m.StartsHeld("python"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("starts not held when the pool was found empty again, a pressWindow after the last waited in vain")
+		}
+	}
+	cancel()
+	<-got
 }

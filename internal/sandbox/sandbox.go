@@ -194,9 +194,10 @@ type Manager struct {
 	// pool (recycle.go): coming, as those starting are.
 	recycling map[string]int
 	// pressed is when a new conversation last found its language's pool
-	// empty; reclaimed, when each conversation's sandbox was last
+	// empty; starved, when one last waited in vain and started a sandbox
+	// of its own; reclaimed, when each conversation's sandbox was last
 	// reclaimed (reclaim.go).
-	pressed, reclaimed map[string]time.Time
+	pressed, starved, reclaimed map[string]time.Time
 	poolChanged        chan struct{}
 	wants              chan struct{} // a new conversation asked (PoolWants)
 	clock              clockwork.Clock
@@ -235,7 +236,8 @@ func NewManager(eng Engine, opts Options) *Manager {
 		held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clock),
 		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
-		pressed: map[string]time.Time{}, reclaimed: map[string]time.Time{}, poolChanged: make(chan struct{}),
+		pressed: map[string]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
+		poolChanged: make(chan struct{}),
 		wants: make(chan struct{}, 1), clock: clock,
 	}
 }

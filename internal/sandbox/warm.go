@@ -391,6 +391,7 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 		sb, wait, counted := m.nextPooled(language)
 		if sb == nil {
 			if wait == nil || !w.wait(ctx, wait, counted) {
+				m.gaveUp(ctx, language)
 				return false
 			}
 			continue
@@ -416,6 +417,18 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 		m.park(sb)
 		return true
 	}
+}
+
+// gaveUp records that a new conversation of language waited for a pooled
+// sandbox in vain and starts one of its own: recycling does not keep up,
+// and the pool filler may start sandboxes again (StartsHeld).
+func (m *Manager) gaveUp(ctx context.Context, language string) {
+	if ctx.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	m.starved[language] = m.clock.Now()
+	m.mu.Unlock()
 }
 
 // poolWait is a new conversation's wait for a pooled sandbox: adoptWait
