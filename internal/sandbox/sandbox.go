@@ -198,9 +198,9 @@ type Manager struct {
 	// of its own; reclaimed, when each conversation's sandbox was last
 	// reclaimed (reclaim.go).
 	pressed, starved, reclaimed map[string]time.Time
-	poolChanged        chan struct{}
-	wants              chan struct{} // a new conversation asked (PoolWants)
-	clock              clockwork.Clock
+	poolChanged                 chan struct{}
+	wants                       chan struct{} // a new conversation asked (PoolWants)
+	clock                       clockwork.Clock
 	// roomWanted counts the runs making room for their sandbox
 	// (createRoom): the pool starts none meanwhile.
 	roomWanted int
@@ -238,7 +238,7 @@ func NewManager(eng Engine, opts Options) *Manager {
 		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
 		pressed: map[string]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
 		poolChanged: make(chan struct{}),
-		wants: make(chan struct{}, 1), clock: clock,
+		wants:       make(chan struct{}, 1), clock: clock,
 	}
 }
 
