@@ -21,7 +21,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands, gvisor, batches, roundtrips, burst, forks, pause")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands, gvisor, batches, roundtrips, cold, burst, forks, pause")
 	batchRuns := flag.Int("batch-runs", 2000, "runs of the batches' row (and of its one-by-one baseline)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -57,6 +57,12 @@ func runOnly(binDir, only, outFile string, n, batchRuns int) error {
 			rows = append(rows, r...)
 		case "languages":
 			r, err := onlyLanguages(ctx, binDir, n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r...)
+		case "cold":
+			r, err := onlyCold(ctx, binDir, n)
 			if err != nil {
 				return err
 			}

@@ -150,6 +150,25 @@ func onlyForks(ctx context.Context, binDir string, n int) ([]row, error) {
 	})
 }
 
+// onlyCold measures the warm rows and the cold ones — new conversations
+// one at a time, and runs under load that start, evict and recycle
+// sandboxes — on a service of its own: what a change to the pool is read
+// by.
+func onlyCold(ctx context.Context, binDir string, n int) ([]row, error) {
+	return onService(ctx, binDir, func(svc *service, cs *mcp.ClientSession) ([]row, error) {
+		s := &suite{svc: svc, client: bench.Client{URL: svc.url, Token: svc.token}, cs: cs, n: n}
+		var rows []row
+		for _, measure := range []func(context.Context) ([]row, error){s.warm, s.newConversation, s.throughput} {
+			r, err := measure(ctx)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+		return rows, nil
+	})
+}
+
 // newConversation measures print(1), each in a new conversation.
 func (s *suite) newConversation(ctx context.Context) ([]row, error) {
 	log.Print("run_code print(1), each in a new conversation")
