@@ -42,84 +42,56 @@ func runOnly(binDir, only, outFile string, n, batchRuns int) error {
 	defer cancel()
 	rows := []row{machineRow()}
 	for name := range strings.SplitSeq(only, ",") {
-		switch strings.TrimSpace(name) {
-		case "streams":
-			r, err := dialPortRow(ctx, 4*n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r)
-		case "egress":
-			r, err := egressRows(ctx, binDir, n, nil)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "languages":
-			r, err := onlyLanguages(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "cold":
-			r, err := onlyCold(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "burst":
-			r, err := onlyBurst(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "roundtrips":
-			r, err := onlyRoundTrips(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "commands":
-			r, err := onlyCommands(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "gvisor":
-			r, err := onlyGvisor(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "previews":
-			r, err := onlyPreviews(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "forks":
-			r, err := onlyForks(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "pause":
-			r, err := onlyPause(ctx, binDir, n)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		case "batches":
-			r, err := onlyBatches(ctx, binDir, batchRuns)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, r...)
-		default:
+		measure := onlyMeasure(strings.TrimSpace(name), n, batchRuns)
+		if measure == nil {
 			return fmt.Errorf("-only: unknown measure %q", name)
 		}
+		r, err := measure(ctx, binDir)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
 	}
 	return output(rows, outFile)
+}
+
+// onlyMeasure returns the group of rows -only calls name, nil if there is
+// none: measured with binDir's binaries, n samples (batchRuns runs for the
+// batches).
+func onlyMeasure(name string, n, batchRuns int) func(ctx context.Context, binDir string) ([]row, error) {
+	sized := func(measure func(context.Context, string, int) ([]row, error), size int) func(context.Context, string) ([]row, error) {
+		return func(ctx context.Context, binDir string) ([]row, error) { return measure(ctx, binDir, size) }
+	}
+	switch name {
+	case "streams":
+		return func(ctx context.Context, _ string) ([]row, error) {
+			r, err := dialPortRow(ctx, 4*n)
+			return []row{r}, err
+		}
+	case "egress":
+		return func(ctx context.Context, binDir string) ([]row, error) { return egressRows(ctx, binDir, n, nil) }
+	case "languages":
+		return sized(onlyLanguages, n)
+	case "cold":
+		return sized(onlyCold, n)
+	case "burst":
+		return sized(onlyBurst, n)
+	case "roundtrips":
+		return sized(onlyRoundTrips, n)
+	case "commands":
+		return sized(onlyCommands, n)
+	case "gvisor":
+		return sized(onlyGvisor, n)
+	case "previews":
+		return sized(onlyPreviews, n)
+	case "forks":
+		return sized(onlyForks, n)
+	case "pause":
+		return sized(onlyPause, n)
+	case "batches":
+		return sized(onlyBatches, batchRuns)
+	}
+	return nil
 }
 
 func run(binDir, outFile string, n, batchRuns int) error {
