@@ -498,6 +498,9 @@ func (s *stream) Write(p []byte) (int, error) {
 		s.Close()
 		return 0, errStreamLimit
 	}
+	// Marked before too: the far end may read these bytes, and answer,
+	// before this write returns.
+	s.active(len(p))
 	n, err := s.rw.Write(p)
 	s.active(n)
 	return n, err
