@@ -59,9 +59,6 @@ func runOnly(binDir, only, outFile string, n, batchRuns int) error {
 // none: measured with binDir's binaries, n samples (batchRuns runs for the
 // batches).
 func onlyMeasure(name string, n, batchRuns int) func(ctx context.Context, binDir string) ([]row, error) {
-	sized := func(measure func(context.Context, string, int) ([]row, error), size int) func(context.Context, string) ([]row, error) {
-		return func(ctx context.Context, binDir string) ([]row, error) { return measure(ctx, binDir, size) }
-	}
 	switch name {
 	case "streams":
 		return func(ctx context.Context, _ string) ([]row, error) {
@@ -70,28 +67,18 @@ func onlyMeasure(name string, n, batchRuns int) func(ctx context.Context, binDir
 		}
 	case "egress":
 		return func(ctx context.Context, binDir string) ([]row, error) { return egressRows(ctx, binDir, n, nil) }
-	case "languages":
-		return sized(onlyLanguages, n)
-	case "cold":
-		return sized(onlyCold, n)
-	case "burst":
-		return sized(onlyBurst, n)
-	case "roundtrips":
-		return sized(onlyRoundTrips, n)
-	case "commands":
-		return sized(onlyCommands, n)
-	case "gvisor":
-		return sized(onlyGvisor, n)
-	case "previews":
-		return sized(onlyPreviews, n)
-	case "forks":
-		return sized(onlyForks, n)
-	case "pause":
-		return sized(onlyPause, n)
 	case "batches":
-		return sized(onlyBatches, batchRuns)
+		n = batchRuns
 	}
-	return nil
+	measure, ok := map[string]func(context.Context, string, int) ([]row, error){
+		"languages": onlyLanguages, "cold": onlyCold, "burst": onlyBurst, "roundtrips": onlyRoundTrips,
+		"commands": onlyCommands, "gvisor": onlyGvisor, "previews": onlyPreviews, "forks": onlyForks,
+		"pause": onlyPause, "batches": onlyBatches,
+	}[name]
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, binDir string) ([]row, error) { return measure(ctx, binDir, n) }
 }
 
 func run(binDir, outFile string, n, batchRuns int) error {

@@ -100,6 +100,23 @@ func (fakeSlots) NewSlot(name string) (string, error) { return "/slots/" + name,
 func (fakeSlots) RemoveSlot(string) error             { return nil }
 func (fakeSlots) RemoveSlots(string) error            { return nil }
 
+// runFiller runs p's loop until stop (or the test's end), which waits for
+// the loop and every start it made.
+func runFiller(t *testing.T, p *poolFiller) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.loop(ctx)
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return ctx, stop
+}
+
 // logFeed is a log's output, a line at a time.
 type logFeed chan string
 
@@ -139,13 +156,7 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 			p := &poolFiller{sandboxes: f, slots: fakeSlots{}, executor: "ex",
 				runners: []runbox.Runner{{Language: "python"}, {Language: "bash"}},
 				wants:   f.wants, clock: clock, log: slog.New(slog.NewTextHandler(lines, nil))}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				p.loop(ctx)
-			}()
+			ctx, stop := runFiller(t, p)
 
 			// python's start failed, and the filler has taken it in: it
 			// logs that as it does.
@@ -173,8 +184,7 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 					}
 				}
 			}
-			cancel()
-			<-done // and every start it made has ended
+			stop() // and every start it made has ended
 			if got := f.started(); !maps.Equal(got, tt.want) {
 				t.Errorf("started %v, want %v", got, tt.want)
 			}
@@ -200,14 +210,7 @@ func TestPoolStartDelay(t *testing.T) {
 				starts: map[string]int{}, held: map[string]bool{"python": tt.held}, wants: make(chan struct{})}
 			p := &poolFiller{sandboxes: f, slots: fakeSlots{}, executor: "ex", runners: []runbox.Runner{{Language: "python"}},
 				wants: f.wants, clock: clock, log: slog.New(slog.DiscardHandler)}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				p.loop(ctx)
-			}()
-			defer func() { cancel(); <-done }()
+			ctx, _ := runFiller(t, p)
 			f.waitAsked(t, 0) // the pool is full: nothing to start
 
 			// A new conversation takes the pooled sandbox.
