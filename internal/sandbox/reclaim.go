@@ -13,9 +13,11 @@ import "time"
 // limit would (recycle.go):
 //
 //   - a new conversation that finds the pool empty reclaims one for itself
-//     and waits for it, rather than for a start (nextPooled);
-//   - for a pressWindow after that, the pool filler refills the pool by
-//     reclaiming (Reclaim) and starts no container unless a new
+//     and waits for it rather than for a start (nextPooled) — unless a
+//     start is on its way and the pool is not pressed;
+//   - while the pool is pressed — a second new conversation found it empty
+//     within pressWindow of the first (pressedLocked) — the pool filler
+//     refills it by reclaiming (Reclaim) and starts no container unless a new
 //     conversation waited in vain meanwhile (StartsHeld), and the pool is
 //     sized for refills that take a reset's time, not a start's
 //     (demand.go);
@@ -132,15 +134,23 @@ func (m *Manager) StartsHeld(language string) bool {
 }
 
 // pressedNow says whether new conversations found language's pool empty
-// within the last pressWindow, and idle sandboxes may be reclaimed: the
-// pool is refilled by recycling then, not by starts.
+// within the last pressWindow (pressedLocked), and idle sandboxes may be
+// reclaimed: the pool is refilled by recycling then, not by starts.
 func (m *Manager) pressedNow(language string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.pressedLocked(language)
 }
 
+// pressedLocked is pressedNow's answer; the caller holds m.mu. The pool
+// is pressed when two new conversations found it empty on arrival within
+// pressWindow, not one: one alone is what a refill under way leaves (the
+// pool's starts at an executor's start, or the start after a take), and
+// a press costs the conversations idle here their sandboxes (the filler
+// reclaims them) and stops the pool's starts (StartsHeld). So a lone new
+// conversation waits for the start under way, or starts its own, as it
+// would without recycling; a burst presses at its second.
 func (m *Manager) pressedLocked(language string) bool {
-	pressed, ok := m.pressed[language]
-	return ok && m.opts.Recycle != nil && m.clock.Since(pressed) < pressWindow
+	earlier := m.pressed[language][0]
+	return !earlier.IsZero() && m.opts.Recycle != nil && m.clock.Since(earlier) < pressWindow
 }

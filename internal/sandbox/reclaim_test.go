@@ -134,10 +134,10 @@ func TestReclaim(t *testing.T) {
 }
 
 // TestStartsHeld: while new conversations find the pool empty and
-// recycling serves them, the pool starts nothing; a conversation that
-// waited in vain (and starts a sandbox of its own) ends the hold, as does
-// a pressWindow with no conversation finding the pool empty. A wait its
-// caller gave up is not one in vain.
+// recycling serves them, the pool starts nothing; one alone does not hold
+// it; a conversation that waited in vain (and starts a sandbox of its own)
+// ends the hold, as does a pressWindow with no conversation finding the
+// pool empty. A wait its caller gave up is not one in vain.
 func TestStartsHeld(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	m := NewManager(nil, Options{Clock: clock, MaxWarm: WarmLimits{Default: 8},
@@ -155,12 +155,25 @@ func TestStartsHeld(t *testing.T) {
 	}
 	held(false, "before any new conversation")
 
-	// A new conversation finds the pool empty; a recycled sandbox comes.
-	adoptIn(t.Context(), "served")
+	// One new conversation finds the pool empty: a refill may be under
+	// way. Its caller gives up.
+	ctx, cancel := context.WithCancel(t.Context())
+	adoptIn(ctx, "alone")
 	if err := clock.BlockUntilContext(t.Context(), 1); err != nil { // its grace
 		t.Fatal(err)
 	}
-	held(true, "while it waits")
+	held(false, "while one alone waits")
+	cancel()
+	if <-got {
+		t.Fatal("a cancelled conversation adopted a sandbox")
+	}
+
+	// A second finds it empty too; a recycled sandbox comes.
+	adoptIn(t.Context(), "served")
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	held(true, "while a second waits")
 	sb := &sandbox{m: m, id: "recycled", key: warmKey{language: "python"}, dataDir: "slot", done: make(chan struct{})}
 	if err := m.toPool("python", sb); err != nil {
 		t.Fatal(err)
@@ -170,7 +183,7 @@ func TestStartsHeld(t *testing.T) {
 	}
 	held(true, "once recycling served it")
 
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel = context.WithCancel(t.Context())
 	adoptIn(ctx, "cancelled")
 	cancel()
 	if <-got {
@@ -197,6 +210,7 @@ func TestStartsHeld(t *testing.T) {
 	ctx, cancel = context.WithCancel(t.Context())
 	defer cancel()
 	adoptIn(ctx, "pressed again")
+	adoptIn(ctx, "and again")
 	for deadline := time.Now().Add(10 * time.Second); !m.StartsHeld("python"); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("starts not held when the pool was found empty again, a pressWindow after the last waited in vain")
@@ -204,4 +218,66 @@ func TestStartsHeld(t *testing.T) {
 	}
 	cancel()
 	<-got
+	<-got
+}
+
+// TestLoneArrival: a new conversation that finds the pool empty while a
+// start is on its way (the pool filling at an executor's start, or its
+// refill after a take) waits for that start: it reclaims no idle
+// conversation's sandbox, nor does the pool filler, which keeps starting.
+// A second new conversation that finds the pool empty presses it.
+func TestLoneArrival(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	m := NewManager(nil, Options{Clock: clock, MaxWarm: WarmLimits{Default: 8},
+		Recycle: func(string, func(string) bool, time.Time) (string, error) { return "", nil }})
+	idle := &sandbox{m: m, id: "idle", key: warmKey{conversation: "earlier", language: "python"}, dataDir: "earlier",
+		done: make(chan struct{})}
+	m.mu.Lock()
+	m.warm[idle.key] = idle
+	m.starting["python"] = 1 // the pool's start under way
+	m.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan bool, 2)
+	go func() { got <- m.Adopt(ctx, "lone", "python", func(slot string) (string, error) { return slot, nil }) }()
+	if err := clock.BlockUntilContext(t.Context(), 1); err != nil { // its adoptWait for the start
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	waiting, recycling, kept := m.waiting["python"], m.recycling["python"], m.warm[idle.key] == idle
+	m.mu.Unlock()
+	if waiting != 1 || recycling != 0 || !kept {
+		t.Errorf("waiting %d, recycling %d, idle sandbox kept %v: want the start waited for, nothing reclaimed", waiting, recycling, kept)
+	}
+	if n := m.Reclaim("python", 2); n != 0 {
+		t.Errorf("the filler reclaimed %d for one new conversation", n)
+	}
+	if m.StartsHeld("python") || m.pressedNow("python") {
+		t.Error("one new conversation pressed the pool")
+	}
+
+	// Its later looks do not press the pool again: here the start ends
+	// and brings nothing, and it waits adoptGrace beside adoptWait.
+	m.mu.Lock()
+	delete(m.warm, idle.key) // not for this test to recycle
+	m.starting["python"] = 0
+	m.poolChangedLocked()
+	m.mu.Unlock()
+	if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if m.pressedNow("python") {
+		t.Error("one new conversation's second look pressed the pool")
+	}
+
+	// A second new conversation arrives (its caller gives up at once).
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	go func() { got <- m.Adopt(ctx2, "second", "python", func(slot string) (string, error) { return slot, nil }) }()
+	if <-got {
+		t.Fatal("a cancelled conversation adopted a sandbox")
+	}
+	if !m.pressedNow("python") {
+		t.Error("two new conversations that found the pool empty did not press it")
+	}
 }

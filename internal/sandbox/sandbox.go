@@ -193,14 +193,16 @@ type Manager struct {
 	// recycling counts the sandboxes being recycled into each language's
 	// pool (recycle.go): coming, as those starting are.
 	recycling map[string]int
-	// pressed is when a new conversation last found its language's pool
-	// empty; starved, when one last waited in vain and started a sandbox
-	// of its own; reclaimed, when each conversation's sandbox was last
-	// reclaimed (reclaim.go).
-	pressed, starved, reclaimed map[string]time.Time
-	poolChanged                 chan struct{}
-	wants                       chan struct{} // a new conversation asked (PoolWants)
-	clock                       clockwork.Clock
+	// pressed is when the last two new conversations found their
+	// language's pool empty, the earlier first (reclaim.go).
+	pressed map[string][2]time.Time
+	// starved is when a new conversation last waited in vain and started
+	// a sandbox of its own; reclaimed, when each conversation's sandbox
+	// was last reclaimed (reclaim.go).
+	starved, reclaimed map[string]time.Time
+	poolChanged        chan struct{}
+	wants              chan struct{} // a new conversation asked (PoolWants)
+	clock              clockwork.Clock
 	// roomWanted counts the runs making room for their sandbox
 	// (createRoom): the pool starts none meanwhile.
 	roomWanted int
@@ -236,7 +238,7 @@ func NewManager(eng Engine, opts Options) *Manager {
 		held: map[string]int{},
 		pool: map[string][]*sandbox{}, demand: newDemand(clock),
 		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
-		pressed: map[string]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
+		pressed: map[string][2]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
 		poolChanged: make(chan struct{}),
 		wants:       make(chan struct{}, 1), clock: clock,
 	}

@@ -387,8 +387,8 @@ func (m *Manager) Adopt(ctx context.Context, conversation, language string, adop
 	}
 	w := poolWait{m: m, language: language}
 	defer w.stop()
-	for {
-		sb, wait, counted := m.nextPooled(language)
+	for first := true; ; first = false {
+		sb, wait, counted := m.nextPooled(language, first)
 		if sb == nil {
 			if wait == nil || !w.wait(ctx, wait, counted) {
 				m.gaveUp(ctx, language)
@@ -490,8 +490,11 @@ func (w *poolWait) stop() {
 // recycle under way, one it reclaims for the caller (reclaim.go), as a
 // reset is quicker than a start, or a start under way — for which it
 // counts the caller among those waiting; without, the pool's next change,
-// as nothing is on its way. Neither once the manager is closed.
-func (m *Manager) nextPooled(language string) (sb *sandbox, changed <-chan struct{}, counted bool) {
+// as nothing is on its way. Neither once the manager is closed. arrived
+// says that this is the caller's first look: a new conversation that finds
+// the pool empty on arrival presses it (pressedLocked); its later looks,
+// after a change that served another, do not.
+func (m *Manager) nextPooled(language string, arrived bool) (sb *sandbox, changed <-chan struct{}, counted bool) {
 	m.mu.Lock()
 	if p := m.pool[language]; len(p) > 0 {
 		m.pool[language] = p[1:]
@@ -502,9 +505,15 @@ func (m *Manager) nextPooled(language string) (sb *sandbox, changed <-chan struc
 		m.mu.Unlock()
 		return nil, nil, false
 	}
-	m.pressed[language] = m.clock.Now()
+	if arrived {
+		m.pressed[language] = [2]time.Time{m.pressed[language][1], m.clock.Now()}
+	}
+	// A reset is quicker than a start: a sandbox reclaimed for the caller
+	// beats one starting, unless the caller is alone (the pool not
+	// pressed), and the start is the refill meant for it.
+	onWay := m.starting[language]+m.recycling[language] > m.waiting[language]
 	var reclaimed *sandbox
-	if m.recycling[language] <= m.waiting[language] {
+	if m.recycling[language] <= m.waiting[language] && (!onWay || m.pressedLocked(language)) {
 		reclaimed = m.reclaimLocked(language)
 	}
 	changed = m.poolChanged
