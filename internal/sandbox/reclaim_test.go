@@ -273,7 +273,9 @@ func TestLoneArrival(t *testing.T) {
 	// A second new conversation arrives (its caller gives up at once).
 	ctx2, cancel2 := context.WithCancel(t.Context())
 	cancel2()
-	go func() { got <- m.Adopt(ctx2, "second", "python", func(slot string) (string, error) { return slot, nil }) }()
+	go func() {
+		got <- m.Adopt(ctx2, "second", "python", func(slot string) (string, error) { return slot, nil })
+	}()
 	if <-got {
 		t.Fatal("a cancelled conversation adopted a sandbox")
 	}
