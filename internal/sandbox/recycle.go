@@ -42,11 +42,14 @@ func (m *Manager) recycle(sb *sandbox) {
 // (nextPooled), until it joins the pool or is removed.
 func (m *Manager) recycleCounted(sb *sandbox) {
 	lang, conv := sb.key.language, sb.key.conversation
+	counted := true // until it joins the pool (joinPool)
 	defer func() {
-		m.mu.Lock()
-		m.recycling[lang]--
-		m.poolChangedLocked()
-		m.mu.Unlock()
+		if counted {
+			m.mu.Lock()
+			m.recycling[lang]--
+			m.poolChangedLocked()
+			m.mu.Unlock()
+		}
 	}()
 	if m.opts.Recycle == nil || sb.ended() || m.Pooled(lang) >= m.opts.MaxPool.For(lang) {
 		m.discard(sb)
@@ -82,7 +85,8 @@ func (m *Manager) recycleCounted(sb *sandbox) {
 		return
 	}
 	sb.dataDir = slot
-	if m.toPool(lang, sb) != nil {
+	counted = false
+	if m.joinPool(lang, sb, true) != nil {
 		return
 	}
 	m.demand.recycled(lang, time.Since(begin))

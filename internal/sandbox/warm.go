@@ -172,15 +172,24 @@ func (m *Manager) goBackground(f func()) bool {
 
 // toPool puts sb in its language's pool, or removes it once the manager is
 // closed.
-func (m *Manager) toPool(lang string, sb *sandbox) error {
+func (m *Manager) toPool(lang string, sb *sandbox) error { return m.joinPool(lang, sb, false) }
+
+// joinPool is toPool; recycled says that sb was counted among those coming
+// by recycling (m.recycling), which it leaves in the same step: a sandbox
+// is on its way or pooled, never both, as those who count what is on its
+// way (nextPooled, the pool filler's Reclaim) assume.
+func (m *Manager) joinPool(lang string, sb *sandbox, recycled bool) error {
 	m.mu.Lock()
+	if recycled {
+		m.recycling[lang]--
+	}
+	m.poolChangedLocked()
 	if m.closed {
 		m.mu.Unlock()
 		m.discard(sb)
 		return errClosed
 	}
 	m.pool[lang] = append(m.pool[lang], sb)
-	m.poolChangedLocked()
 	m.mu.Unlock()
 	return nil
 }
