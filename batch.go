@@ -5,8 +5,12 @@ import (
 	"time"
 )
 
-// MaxBatchRuns bounds the runs of one batch.
-const MaxBatchRuns = 1000
+// MaxBatchRuns bounds the runs of one batch, MaxBatchBytes what they
+// hold (the body of POST /v1/batches, and start_batch's runs).
+const (
+	MaxBatchRuns  = 1000
+	MaxBatchBytes = 32 << 20
+)
 
 // Batch is where a batch of runs stands: how many runs it has, and how
 // many are in each state. Runs that timed out or that the service could
@@ -93,10 +97,12 @@ type NewBatch struct {
 	// IdempotencyKey, when the client used it before, returns that batch
 	// instead of a new one.
 	IdempotencyKey string
-	// Window bounds the client's runs queued or running at once that the
-	// batch's runs may join; 0 does not.
-	Window int
-	Queue  TaskQueue
+	// Bounds are what the client may have waiting and spend (see
+	// NewRun); MaxWaiting bounds the runs waiting per conversation, as
+	// for runs submitted alone.
+	Bounds     ClientBounds
+	MaxWaiting int
+	Queue      TaskQueue
 }
 
 // BatchRun is a run of a new batch.

@@ -33,6 +33,26 @@ type NewRun struct {
 	// Callback is where the run's end (and start, if asked) is told;
 	// zero: nowhere.
 	Callback Callback
+	// Bounds are what its client may have waiting and spend: with
+	// RunSecondsPerDay, the run holds its timeout of the client's day
+	// from its record to its end.
+	Bounds ClientBounds
+}
+
+// ClientBounds are what a client may have waiting and spend, held by the
+// store as it records the client's runs: past one, a run (or a whole
+// batch) is refused before anything is written. Zero is no bound.
+type ClientBounds struct {
+	// MaxQueuedRuns and MaxQueuedBytes bound the client's runs recorded and
+	// not yet started, and the bytes they hold in Redis.
+	MaxQueuedRuns  int
+	MaxQueuedBytes int64
+	// ConcurrentRuns bounds the client's runs given to executors at once
+	// (its tier's concurrent_runs): its other runs wait their turn.
+	ConcurrentRuns int
+	// RunSecondsPerDay bounds the seconds its runs take in a day (UTC),
+	// each run's timeout reserved from its record to its end.
+	RunSecondsPerDay int
 }
 
 // Admission says what became of a new run.
@@ -47,6 +67,10 @@ const (
 	// AdmitExists: the idempotency key was used before; the run is that
 	// one.
 	AdmitExists
+	// AdmitReady: it heads its conversation, and waits for its client's
+	// turn (its runs given to executors and not yet started are at their
+	// bound); a claim or an end of one of them lets it go.
+	AdmitReady
 )
 
 // ConversationHead is a conversation and the run that heads it.
@@ -68,6 +92,9 @@ type Claimed struct {
 	// Spec is what the run was asked to do (when OK or Elsewhere): the
 	// claim's reply carries it, so that the executor need not read it.
 	Spec Spec
+	// Dispatch are runs of the same client the claim let go: they head
+	// their conversations and are to be enqueued.
+	Dispatch []string
 }
 
 // LeaseOp says what a transition does to the run's lease.
@@ -97,9 +124,10 @@ type Applied struct {
 	Done bool
 	// Status is the run's status when nothing changed.
 	Status Status
-	// Next is the run that now heads the conversation and must be
-	// enqueued, if any.
-	Next string
+	// Dispatch are the runs to enqueue now: the one that now heads the
+	// conversation, if its client's turn allows, and those of its client
+	// the end let go.
+	Dispatch []string
 }
 
 // CancelRequest is a client's cancellation of a run: kill it, or ask its

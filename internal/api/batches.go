@@ -12,7 +12,7 @@ import (
 )
 
 // maxBatchBody bounds POST /v1/batches: up to runbox.MaxBatchRuns runs.
-const maxBatchBody = 32 << 20
+const maxBatchBody = runbox.MaxBatchBytes
 
 // tagBatches groups the batches' routes in the document.
 const tagBatches = "batches"

@@ -254,6 +254,8 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 		MaxSessions:              cfg.MaxSessions,
 		MaxStdinBytes:            maxStdin,
 		MaxWaiting:               cfg.MaxQueuedPerConversation,
+		MaxQueuedRuns:            cfg.MaxQueuedPerClient,
+		MaxQueuedBytes:           cfg.MaxQueuedBytesPerClient,
 		ClientStorage:            a.fileStore.ClientUsage,
 		EgressAllow:              cfg.Egress.Allow,
 		EgressReachable:          cfg.EgressReachable(),

@@ -35,6 +35,11 @@ type Tier struct {
 	// ConcurrentRequests bounds the client's requests in flight; 0 is the
 	// service's default.
 	ConcurrentRequests int `yaml:"concurrent_requests"`
+	// MaxQueuedRuns and MaxQueuedBytes bound the client's runs waiting to
+	// start and the bytes they hold; 0 is the service's default
+	// (SANDBOX_MAX_QUEUED_PER_CLIENT, SANDBOX_MAX_QUEUED_BYTES_PER_CLIENT).
+	MaxQueuedRuns  int   `yaml:"max_queued_runs"`
+	MaxQueuedBytes int64 `yaml:"max_queued_bytes"`
 	// EgressDomains are the domain patterns the tier's clients may ask
 	// their runs to reach, in place of SANDBOX_EGRESS_ALLOW; nil: that
 	// list, empty: none.
@@ -151,7 +156,7 @@ func Load(token, tokens, clientsFile string) (Clients, error) {
 				return nil, fmt.Errorf("config: CLIENTS_FILE: tier name %q must be 1 to 64 letters, digits, '_' or '-'", name)
 			}
 			if t.CallsPerMinute < 0 || t.NewConversationsPerHour < 0 || t.ConcurrentRuns < 0 || t.RunSecondsPerDay < 0 ||
-				t.StorageBytes < 0 || t.MaxTimeoutSeconds < 0 || t.ConcurrentRequests < 0 {
+				t.StorageBytes < 0 || t.MaxTimeoutSeconds < 0 || t.ConcurrentRequests < 0 || t.MaxQueuedRuns < 0 || t.MaxQueuedBytes < 0 {
 				return nil, fmt.Errorf("config: CLIENTS_FILE: tier %s has a negative limit", name)
 			}
 			if _, err := egress.ParsePatterns(t.EgressDomains); err != nil {

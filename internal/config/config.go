@@ -70,6 +70,11 @@ type Config struct {
 	// MaxQueuedPerConversation bounds the runs waiting behind a
 	// conversation's running one.
 	MaxQueuedPerConversation int
+	// MaxQueuedPerClient and MaxQueuedBytesPerClient bound the runs a
+	// client has waiting to start and the bytes they hold in Redis, for
+	// clients whose tier sets no bound of its own (0: none).
+	MaxQueuedPerClient      int
+	MaxQueuedBytesPerClient int64
 	// QuotaMode is how SANDBOX_QUOTA_BYTES is held: auto, loop or walk.
 	QuotaMode string
 	// FileRetention, when set, removes conversations unused for longer.
@@ -210,6 +215,15 @@ type Egress struct {
 }
 
 // Default package indexes.
+// What a client may have waiting to start by default: two full batches,
+// and bytes a Redis of the deployed 256 MB holds several clients' worth
+// of (each waiting run costs Redis about what it counts: store's
+// TestQueuedBytes).
+const (
+	DefaultMaxQueuedPerClient      = 2000
+	DefaultMaxQueuedBytesPerClient = 32 << 20
+)
+
 const (
 	DefaultPipIndexURL = "https://pypi.org/simple"
 	DefaultNPMRegistry = "https://registry.npmjs.org/"
@@ -350,6 +364,8 @@ func (p *parser) sandbox(c *Config) {
 	c.MaxInlineImageBytes = int64(p.positive("SANDBOX_MAX_INLINE_IMAGE_BYTES", 1<<20))
 	c.SessionTTL = p.duration("SANDBOX_SESSION_TTL", 30*time.Minute)
 	c.MaxQueuedPerConversation = p.positive("SANDBOX_MAX_QUEUED_PER_CONVERSATION", 16)
+	c.MaxQueuedPerClient = p.nonNegative("SANDBOX_MAX_QUEUED_PER_CLIENT", DefaultMaxQueuedPerClient)
+	c.MaxQueuedBytesPerClient = int64(p.nonNegative("SANDBOX_MAX_QUEUED_BYTES_PER_CLIENT", DefaultMaxQueuedBytesPerClient))
 	c.MaxSessions = p.nonNegative("SANDBOX_MAX_SESSIONS", 0)
 	c.MaxWarm = p.str("SANDBOX_MAX_WARM", "32")
 	c.Pool = p.str("SANDBOX_POOL", "1,python=2")

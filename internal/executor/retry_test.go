@@ -273,8 +273,8 @@ func logLines(s string) []string {
 // nopScheduler enqueues nothing.
 type nopScheduler struct{}
 
-func (nopScheduler) Enqueue(context.Context, string) error { return nil }
-func (nopScheduler) Sweep(context.Context)                 {}
+func (nopScheduler) Enqueue(context.Context, ...string) error { return nil }
+func (nopScheduler) Sweep(context.Context)                    {}
 func (nopScheduler) EnqueueFor(context.Context, string, runbox.Spec, string) error {
 	return nil
 }

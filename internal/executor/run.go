@@ -137,6 +137,11 @@ func (e *Executor) claim(ctx context.Context, id string) (*claimed, error) {
 	at := e.cfg.Clock.Now()
 	c, err := e.store.ClaimFor(runCtx, id, e.cfg.ID, e.cfg.Lease, e.cfg.OwnerTTL)
 	log := e.log.With("run", id, "conversation", c.Spec.ConversationID, "language", c.Spec.Language)
+	// The claim let the client's next runs go: they are enqueued before
+	// this one runs, for a free slot to take.
+	if err := e.sched.Enqueue(context.WithoutCancel(ctx), c.Dispatch...); err != nil {
+		log.Warn("enqueue the runs the claim let go; the sweep will", "runs", c.Dispatch, "err", err)
+	}
 	if err == nil && c.OK {
 		e.mu.Lock()
 		a.claimed, a.conv = true, c.Spec.ConversationID
@@ -208,7 +213,7 @@ func (e *Executor) detach(ctx context.Context, id, cid string, a *activeRun, sl 
 	}
 	sl.release()
 	close(a.detached)
-	if err := e.sched.Enqueue(context.WithoutCancel(ctx), next); err != nil {
+	if err := e.sched.Enqueue(context.WithoutCancel(ctx), next...); err != nil {
 		log.Warn("enqueue the conversation's next run; the sweep will", "next", next, "err", err)
 	}
 }
@@ -616,8 +621,8 @@ func (e *Executor) finish(runID string, c *claimed, st runState, log *slog.Logge
 	log.Info("run finished", "status", st.status, "exit_code", st.result.ExitCode, "duration_ms", st.result.DurationMS)
 	// Tried once: Redis answered just now, and should this fail the
 	// sweep enqueues it shortly.
-	if err := e.sched.Enqueue(ctx, a.Next); err != nil {
-		log.Warn("enqueue the conversation's next run", "next", a.Next, "err", err)
+	if err := e.sched.Enqueue(ctx, a.Dispatch...); err != nil {
+		log.Warn("enqueue the runs the end let go", "runs", a.Dispatch, "err", err)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ type Store interface {
 	// Runs: claim, events, input, cancellations, end.
 	ClaimFor(ctx context.Context, id, executor string, lease, ownerTTL time.Duration) (runbox.Claimed, error)
 	Append(ctx context.Context, id string, evs ...runbox.Event) error
-	Detach(ctx context.Context, id, cid string) (string, error)
+	Detach(ctx context.Context, id, cid string) ([]string, error)
 	Stdin(ctx context.Context, id string) io.Reader
 	CancelRequested(ctx context.Context, ids ...string) ([]runbox.CancelRequest, error)
 	RenewLeases(ctx context.Context, lease time.Duration, ids ...string) ([]string, error)

@@ -29,9 +29,13 @@ type Runs interface {
 	// Wake announces run id, just enqueued, to an idle executor (executor
 	// first, when not "").
 	Wake(ctx context.Context, id, executor string) error
-	// ReleaseGated lets in the runs of batches waiting in their clients'
-	// gates that now have room, and says how many.
-	ReleaseGated(ctx context.Context) (int, error)
+	// Reconcile mends the clients' counts of runs waiting and reserved
+	// that a crash left (full: every run waiting, else those given to
+	// asynq), and returns the heads whose clients' turn came, to enqueue.
+	Reconcile(ctx context.Context, full bool) ([]string, error)
+	// Redispatch reports whether a head queued a while is to be enqueued
+	// (again): not while it waits its client's turn.
+	Redispatch(ctx context.Context, id string) (bool, error)
 	// Heads lists the conversations that have a head, and their heads.
 	Heads(ctx context.Context) ([]runbox.ConversationHead, error)
 	// Advance moves a conversation past its head, which ended, and
@@ -49,24 +53,37 @@ type Scheduler struct {
 	runs  Runs
 	queue *Client
 	log   *slog.Logger
+	// sweeps counts Sweep's calls: every fullEvery-th reconciles every
+	// run waiting.
+	sweeps int
 }
+
+// fullEvery is how many sweeps pass between two that look at every run
+// waiting (the others look at those given to asynq): a crash leaves a
+// client's count of waiting runs one too high for at most that long.
+const fullEvery = 30
 
 // NewScheduler returns a Scheduler.
 func NewScheduler(st Runs, q *Client, log *slog.Logger) *Scheduler {
 	return &Scheduler{runs: st, queue: q, log: log}
 }
 
-// Enqueue queues a run that heads its conversation. An empty id is
-// nothing to do.
-func (s *Scheduler) Enqueue(ctx context.Context, id string) error {
-	if id == "" {
-		return nil
+// Enqueue queues runs that head their conversations and whose clients'
+// turn came (runbox.Applied.Dispatch, runbox.Claimed.Dispatch). It goes
+// on past a run it could not enqueue, and returns the first error: the
+// sweep enqueues those.
+func (s *Scheduler) Enqueue(ctx context.Context, ids ...string) error {
+	var first error
+	for _, id := range ids {
+		spec, err := s.runs.Spec(ctx, id)
+		if err == nil {
+			err = s.EnqueueSpec(ctx, id, spec)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("enqueue %s: %w", id, err)
+		}
 	}
-	spec, err := s.runs.Spec(ctx, id)
-	if err != nil {
-		return err
-	}
-	return s.EnqueueSpec(ctx, id, spec)
+	return first
 }
 
 // EnqueueSpec queues a run that heads its conversation, as Enqueue does,
@@ -107,15 +124,21 @@ func (s *Scheduler) enqueue(ctx context.Context, id string, spec runbox.Spec, ow
 	return nil
 }
 
-// Sweep moves on every conversation whose head has ended, enqueues
-// heads and parallel runs that were never enqueued, and lets in the runs
-// of batches waiting in their clients' gates that now have room (a
-// process that ended a run may have died before it let the next in).
+// Sweep mends the clients' counts and enqueues the heads whose clients'
+// turn came (a process that ended or claimed a run may have died before
+// it enqueued them), moves on every conversation whose head has ended, and
+// enqueues heads and parallel runs that were never enqueued.
 func (s *Scheduler) Sweep(ctx context.Context) {
-	if n, err := s.runs.ReleaseGated(ctx); err != nil {
-		s.log.Warn("let in waiting runs of batches", "err", err)
-	} else if n > 0 {
-		s.log.Debug("let in waiting runs of batches", "runs", n)
+	s.sweeps++
+	ids, err := s.runs.Reconcile(ctx, s.sweeps%fullEvery == 1)
+	if err != nil {
+		s.log.Warn("reconcile the clients' queues", "err", err)
+	}
+	if len(ids) > 0 {
+		s.log.Debug("runs let go by the sweep", "runs", len(ids))
+	}
+	if err := s.Enqueue(ctx, ids...); err != nil {
+		s.log.Warn("enqueue the runs the sweep let go", "err", err)
 	}
 	heads, err := s.runs.Heads(ctx)
 	if err != nil {
@@ -170,6 +193,9 @@ func (s *Scheduler) sweep(ctx context.Context, h runbox.ConversationHead) error 
 	case run.Status == runbox.StatusQueued:
 		if time.Since(run.CreatedAt) < sweepAge {
 			return nil
+		}
+		if ok, err := s.runs.Redispatch(ctx, h.Run); !ok || err != nil {
+			return err // waiting its client's turn
 		}
 		return s.Enqueue(ctx, h.Run)
 	case !run.Status.Final():

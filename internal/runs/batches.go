@@ -18,7 +18,9 @@ import (
 // recorded and enqueued by one script (store.Batches.CreateBatch). Each run is
 // held to its client's tier as a run submitted alone would be, but a
 // batch is not refused for the client's concurrent runs: what does not
-// fit waits in the queue, in order.
+// fit waits its turn, in order. A batch is held whole to what its client
+// may have waiting (its queue, and each conversation's waiting runs) and
+// spend (its runs' timeouts within the day's run seconds left).
 
 // BatchRequest is the body of POST /v1/batches and start_batch's
 // arguments.
@@ -49,10 +51,6 @@ const (
 	DefaultBatchPage = 100
 	MaxBatchPage     = 200
 )
-
-// minWindow is the fewest runs of a client without concurrent_runs that
-// a batch's may join in the queue.
-const minWindow = 64
 
 var batchIDPattern = regexp.MustCompile(`^batch_[0-9a-f]{24}$`)
 
@@ -89,10 +87,14 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	slices.Sort(names)
 	now := time.Now().UTC()
 	nb := runbox.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
-		IdempotencyKey: req.IdempotencyKey, Window: batchWindow(ctx, infos)}
+		IdempotencyKey: req.IdempotencyKey, Bounds: s.bounds(ctx), MaxWaiting: s.limits.MaxWaiting}
+	if n := batchBytes(req); n > runbox.MaxBatchBytes {
+		// The bound of POST /v1/batches' body, for start_batch too.
+		return BatchCreated{}, runbox.Errorf(runbox.ETooLarge, "the batch's runs are %d bytes; a batch takes at most %d", n, runbox.MaxBatchBytes)
+	}
 	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
-	hooks := 0
+	hooks, seconds := 0, 0
 	for i, r := range req.Runs {
 		br, err := s.batchRun(ctx, r, names, callbacks, now)
 		if err != nil {
@@ -101,6 +103,7 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 		nb.Runs = append(nb.Runs, br)
 		keys = append(keys, br.Run.ConversationID)
 		hooks += webhooksOf(br.Callback)
+		seconds += br.Spec.TimeoutSeconds
 	}
 	cb, err := s.callback(ctx, req.CallbackURL, true)
 	if err != nil {
@@ -109,8 +112,8 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	if nb.Callback = cb.URL; cb.URL != "" {
 		hooks++
 	}
-	if err := s.admitBatch(ctx, keys); err != nil {
-		s.Metrics.Limited(c, runbox.ErrorCode(err))
+	if err := s.admitBatch(ctx, keys, seconds); err != nil {
+		s.limited(ctx, err)
 		return BatchCreated{}, err
 	}
 	if err := s.admitWebhooks(ctx, hooks); err != nil {
@@ -118,6 +121,7 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	}
 	id, created, err := s.store.CreateBatch(ctx, nb)
 	if err != nil {
+		s.limited(ctx, err)
 		return BatchCreated{}, err
 	}
 	if !created {
@@ -152,12 +156,7 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 		return runbox.BatchRun{}, runbox.Errorf(runbox.EInvalid, "idempotency_key: a batch takes one of its own, not one per run")
 	}
 	spec := r.Spec()
-	var err error
-	if spec.Background {
-		err = s.backgroundLimit(ctx, &spec)
-	} else {
-		err = tierTimeout(ctx, &spec)
-	}
+	err := tierTimeout(ctx, &spec)
 	if err != nil {
 		return runbox.BatchRun{}, err
 	}
@@ -210,12 +209,22 @@ func atIndex(i int, err error) error {
 	return runbox.Errorf(runbox.EInvalid, "runs[%d]: %s", i, e.Message)
 }
 
-// admitBatch holds a batch to its client's tier as a whole: run seconds
-// today, new conversations an hour (all those it starts at once),
-// storage, and the service's bound on conversations with a sandbox.
-func (s *Service) admitBatch(ctx context.Context, keys []string) error {
-	if err := s.admitRunSeconds(ctx); err != nil {
+// admitBatch holds a batch to its client's tier as a whole: the seconds
+// its runs' timeouts reserve within what is left of the day's, new
+// conversations an hour (all those it starts at once), storage, and the
+// service's bound on conversations with a sandbox (all those it starts).
+// The store holds the rest as it records the batch: the client's queue,
+// its conversations' waiting runs, and the seconds again, at once.
+func (s *Service) admitBatch(ctx context.Context, keys []string, seconds int) error {
+	left, err := s.secondsLeft(ctx)
+	if err != nil {
 		return err
+	}
+	if left >= 0 && seconds > left {
+		perDay := auth.Tier(ctx).RunSecondsPerDay
+		return runbox.Limited(runbox.EQuotaExceeded, activeRetry,
+			"the batch's runs may take %d seconds (their timeouts, reserved until each ends), and this client has %d of its %d left today (UTC); give its runs a shorter timeout_seconds, or split it",
+			seconds, left, perDay)
 	}
 	perHour := auth.Tier(ctx).NewConversationsPerHour
 	wait, err := s.store.AllowConversations(ctx, client(ctx), keys, perHour)
@@ -232,22 +241,31 @@ func (s *Service) admitBatch(ctx context.Context, keys []string) error {
 	if err := s.admitStorage(ctx); err != nil {
 		return err
 	}
-	return s.admitSandboxes(ctx)
+	return s.admitSandboxesFor(ctx, keys)
 }
 
-// batchWindow bounds the client's runs queued or running at once that a
-// batch's may join: its tier's concurrent_runs; without one, twice the
-// slots of the live executors (at least minWindow), which keeps them busy
-// while a large batch waits in order rather than filling asynq's queue.
-func batchWindow(ctx context.Context, infos []runbox.ExecutorInfo) int {
-	if n := auth.Tier(ctx).ConcurrentRuns; n > 0 {
-		return n
+// batchBytes is about what a batch's runs hold, as their requests'
+// bodies would: their programs, input, environment and names.
+func batchBytes(req BatchRequest) int {
+	n := 0
+	for _, r := range req.Runs {
+		n += len(r.Code) + len(r.Stdin) + len(r.ConversationID) + len(r.SessionID) + len(r.CallbackURL) + len(r.Language)
+		for k, v := range r.Env {
+			n += len(k) + len(v)
+		}
+		for _, p := range r.Packages {
+			n += len(p)
+		}
+		for _, sec := range r.Secrets {
+			n += len(sec)
+		}
+		if r.Network != nil {
+			for _, d := range r.Network.AllowedDomains {
+				n += len(d)
+			}
+		}
 	}
-	slots := 0
-	for _, i := range infos {
-		slots += i.Concurrency
-	}
-	return max(minWindow, 2*slots)
+	return n
 }
 
 // batch returns the record of a batch of the caller's.
@@ -335,6 +353,11 @@ func (s *Service) CancelBatch(ctx context.Context, id string) (runbox.Batch, err
 		return runbox.Batch{}, err
 	}
 	for _, run := range runs {
+		if !owns(ctx, run.ConversationID) {
+			// In another MCP session's conversation: that session's to
+			// cancel, as GetBatch leaves it out.
+			continue
+		}
 		if run.Status == runbox.StatusQueued {
 			if run.Status, err = s.endQueued(ctx, run); err != nil {
 				return runbox.Batch{}, err

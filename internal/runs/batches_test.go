@@ -15,6 +15,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/queue"
+	"github.com/runbox-dev/runbox/internal/sessions"
 	"github.com/runbox-dev/runbox/internal/store"
 )
 
@@ -137,16 +138,17 @@ func TestBatchOneRound(t *testing.T) {
 			t.Errorf("a batch of %d took %d round trips", n, trips)
 		}
 	}
-	// The window (at least 64) let runs in; their tasks are asynq's.
+	// The client's turn let runs go (its first, then its second batch's
+	// first); their tasks are asynq's.
 	in := asynq.NewInspectorFromRedisClient(rdb)
 	q, err := in.GetQueueInfo(queue.Name)
-	if err != nil || q.Pending != minWindow {
-		t.Fatalf("asynq's queue: %+v, %v; want %d pending", q, err, minWindow)
+	if err != nil || q.Pending != 2 {
+		t.Fatalf("asynq's queue: %+v, %v; want 2 pending", q, err)
 	}
 }
 
 // TestBatchConcurrency: a batch past its client's concurrent runs is not
-// refused: what does not fit waits, and is let in as runs end.
+// refused: what does not fit waits, and is let go as runs start and end.
 func TestBatchConcurrency(t *testing.T) {
 	s, st, rdb := newService(t)
 	withExecutor(t, st)
@@ -163,8 +165,8 @@ func TestBatchConcurrency(t *testing.T) {
 		}
 		return q.Pending
 	}
-	if n := pending(); n != 3 {
-		t.Fatalf("%d runs let in; want 3", n)
+	if n := pending(); n != 2 {
+		t.Fatalf("%d runs let go; want 2, the client's turn", n)
 	}
 	// Submitted alone, a run is refused as before.
 	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}, ""); runbox.ErrorCode(err) != runbox.ERateLimited {
@@ -173,14 +175,16 @@ func TestBatchConcurrency(t *testing.T) {
 	first := created.RunIDs[0]
 	run, _ := s.Get(ctx, first)
 	key, _ := ConversationKey(ctx, run.ConversationID)
-	if ok, err := st.Claim(ctx, first, "ex", time.Minute); !ok || err != nil {
-		t.Fatal(ok, err)
+	// Claimed, it lets the third go (2 given and 1 running: 3 at once);
+	// ended, the fourth.
+	c, err := st.ClaimFor(ctx, first, "ex", time.Minute, 0)
+	if err != nil || !c.OK || len(c.Dispatch) != 1 || c.Dispatch[0] != created.RunIDs[2] {
+		t.Fatalf("claim: %+v, %v; want the third let go", c, err)
 	}
-	st.Finish(ctx, first, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
+	a, _ := st.Finish(ctx, first, runbox.Ending{From: []runbox.Status{runbox.StatusRunning}, Status: runbox.StatusSucceeded,
 		Result: &runbox.Result{}, Conversation: key})
-	// (No worker here: the ended run's task is still pending too.)
-	if n := pending(); n != 4 {
-		t.Fatalf("after one ended, %d pending; want the 3 first and 1 let in", n)
+	if len(a.Dispatch) != 0 {
+		t.Fatalf("the end let %v go; two are given, one more may run", a.Dispatch)
 	}
 	b, err := s.Batch(ctx, created.BatchID)
 	if err != nil || b.Succeeded != 1 || b.Queued != 9 || b.Total != 10 {
@@ -269,6 +273,88 @@ func TestBatchPagesAndCancel(t *testing.T) {
 	for _, id := range created.RunIDs[1:] {
 		if run, _ := s.Get(ctx, id); run.Status != runbox.StatusCancelled {
 			t.Fatalf("run %s is %s", id, run.Status)
+		}
+	}
+}
+
+// TestBatchBounds: a batch is held whole to what its client may have
+// waiting and spend: its queue (the service's bound, or its tier's), the
+// seconds its runs' timeouts reserve of the day, the bytes of a request
+// (start_batch's as POST /v1/batches'), and the service's sessions.
+func TestBatchBounds(t *testing.T) {
+	s, st, _ := newService(t)
+	withExecutor(t, st)
+	s.limits.MaxQueuedRuns = 10
+	s.limits.MaxSessions = 30
+	big := func(n, timeout int) BatchRequest {
+		req := batchOf(n)
+		for i := range req.Runs {
+			req.Runs[i].TimeoutSeconds = timeout
+		}
+		return req
+	}
+	for _, tc := range []struct {
+		name string
+		tier clients.Tier
+		req  BatchRequest
+		code string
+	}{
+		{"past the service's queue", clients.Tier{}, big(11, 0), runbox.EBusy},
+		{"within the service's queue", clients.Tier{}, big(10, 0), ""},
+		{"within the tier's queue", clients.Tier{MaxQueuedRuns: 20}, big(20, 0), ""},
+		{"past the day's seconds", clients.Tier{RunSecondsPerDay: 20}, big(12, 4), runbox.EQuotaExceeded},
+		{"within the day's seconds", clients.Tier{RunSecondsPerDay: 20}, big(5, 4), ""},
+		{"past the sessions", clients.Tier{MaxQueuedRuns: 50}, big(31, 0), runbox.EMaxSessions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.SubmitBatch(asClient(clientName(tc.name), tc.tier), tc.req)
+			if (err == nil) != (tc.code == "") || runbox.ErrorCode(err) != tc.code && tc.code != "" {
+				t.Fatalf("SubmitBatch: %v; want %q", err, tc.code)
+			}
+		})
+	}
+	// The day's seconds, reserved by the batch, are held for runs
+	// submitted alone too.
+	ctx := asClient(clientName("within the day's seconds"), clients.Tier{RunSecondsPerDay: 20})
+	if _, err := s.Submit(ctx, runbox.Spec{Language: "bash", Code: "x"}, ""); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
+		t.Fatalf("a run past what the batch reserved: %v", err)
+	}
+	// A batch's runs hold at most runbox.MaxBatchBytes, over MCP too.
+	req := batchOf(runbox.MaxBatchRuns)
+	for i := range req.Runs {
+		req.Runs[i].Code = strings.Repeat("x", runbox.MaxBatchBytes/runbox.MaxBatchRuns+1)
+	}
+	if _, err := s.SubmitBatch(asClient("huge", clients.Tier{}), req); runbox.ErrorCode(err) != runbox.ETooLarge {
+		t.Fatalf("a batch of %d bytes: %v", runbox.MaxBatchBytes+runbox.MaxBatchRuns, err)
+	}
+}
+
+// clientName is a client's name made of a test case's.
+func clientName(s string) string {
+	return strings.NewReplacer(" ", "-", "'", "").Replace(s)
+}
+
+// TestBatchCancelScope: cancelling a batch from another MCP session of
+// its client leaves the runs in the first session's conversation alone,
+// as GetBatch leaves them out.
+func TestBatchCancelScope(t *testing.T) {
+	s, st, _ := newService(t)
+	withExecutor(t, st)
+	ctx := asClient("alice", clients.Tier{})
+	a := sessions.Ref{Client: "alice", ID: strings.Repeat("A", 26)}
+	b := sessions.Ref{Client: "alice", ID: strings.Repeat("B", 26)}
+	req := batchOf(2)
+	req.Runs[0].ConversationID = sessions.Conversation(a)
+	created, err := s.SubmitBatch(sessions.With(ctx, a), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelBatch(sessions.With(ctx, b), created.BatchID); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []runbox.Status{runbox.StatusQueued, runbox.StatusCancelled} {
+		if run, err := st.Run(ctx, created.RunIDs[i]); err != nil || run.Status != want {
+			t.Errorf("run %d: %+v, %v; want %s", i, run, err, want)
 		}
 	}
 }

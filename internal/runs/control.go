@@ -89,8 +89,8 @@ func (s *Service) endQueued(ctx context.Context, run runbox.Run) (runbox.Status,
 	if !a.Done {
 		return a.Status, nil
 	}
-	if err := s.sched.Enqueue(ctx, a.Next); err != nil {
-		s.log.Warn("enqueue the conversation's next run; the sweep will", "run", a.Next, "err", err)
+	if err := s.sched.Enqueue(ctx, a.Dispatch...); err != nil {
+		s.log.Warn("enqueue the runs the end let go; the sweep will", "runs", a.Dispatch, "err", err)
 	}
 	return runbox.StatusCancelled, nil
 }

@@ -35,6 +35,12 @@ type Limits struct {
 	MaxSessions   int
 	MaxStdinBytes int // stdin given up front, and each send_stdin
 	MaxWaiting    int // runs waiting per conversation
+	// MaxQueuedRuns and MaxQueuedBytes bound the runs a client has
+	// waiting, and the bytes they hold in Redis, for clients whose tier
+	// sets no bound of its own (SANDBOX_MAX_QUEUED_PER_CLIENT,
+	// SANDBOX_MAX_QUEUED_BYTES_PER_CLIENT); 0: none.
+	MaxQueuedRuns  int
+	MaxQueuedBytes int64
 	// ClientStorage returns the bytes a client's conversations take, for
 	// tiers with storage_bytes; nil: not held.
 	ClientStorage func(ctx context.Context, client string) (int64, error)
@@ -151,8 +157,8 @@ type Callbacks interface {
 
 // Scheduler gives runs to the executors' queue (*queue.Scheduler).
 type Scheduler interface {
-	// Enqueue queues a run that heads its conversation; "" is nothing.
-	Enqueue(ctx context.Context, id string) error
+	// Enqueue queues runs that head their conversations, their turn come.
+	Enqueue(ctx context.Context, ids ...string) error
 	// EnqueueSpec queues a run that heads its conversation, whose spec
 	// the caller has.
 	EnqueueSpec(ctx context.Context, id string, spec runbox.Spec) error
@@ -255,13 +261,7 @@ func truncate(s string, n int) string {
 // it wait behind the runs of its conversation. A non-empty idempotency key
 // that the client used before returns that run instead.
 func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
-	if spec.Background {
-		// Bounded by what the tier has left of its run-seconds, not by a
-		// run's time limit.
-		if err := s.backgroundLimit(ctx, &spec); err != nil {
-			return runbox.Run{}, err
-		}
-	} else if err := tierTimeout(ctx, &spec); err != nil {
+	if err := tierTimeout(ctx, &spec); err != nil {
 		return runbox.Run{}, err
 	}
 	spec, err := s.normalize(spec)
@@ -277,8 +277,8 @@ func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey s
 	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {
 		return runbox.Run{}, err
 	}
-	if err := s.admitRun(ctx, spec.ConversationID); err != nil {
-		s.Metrics.Limited(client(ctx), runbox.ErrorCode(err))
+	if err := s.admitRun(ctx, &spec); err != nil {
+		s.limited(ctx, err)
 		return runbox.Run{}, err
 	}
 	if err := s.admitSandbox(ctx, spec.ConversationID); err != nil {
@@ -346,9 +346,10 @@ func (s *Service) enqueue(ctx context.Context, spec runbox.Spec, idempotencyKey 
 	// executor's started event can never come first.
 	adm, id, err := s.store.CreateRun(ctx, runbox.NewRun{
 		Run: run, Spec: spec, Client: auth.Client(ctx), IdempotencyKey: idempotencyKey, MaxWaiting: s.limits.MaxWaiting,
-		Parallel: spec.Parallel, Callback: cb,
+		Parallel: spec.Parallel, Callback: cb, Bounds: s.bounds(ctx),
 	})
 	if err != nil {
+		s.limited(ctx, err)
 		return runbox.Run{}, err
 	}
 	s.Metrics.Run(client(ctx))

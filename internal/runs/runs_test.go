@@ -95,13 +95,15 @@ func TestSubmit(t *testing.T) {
 		t.Fatalf("unknown language: %v", err)
 	}
 	// JavaScript runs on the TypeScript runner where no executor offers
-	// its own, and on its own where one does.
+	// its own, and on its own where one does. (Another client's runs:
+	// the default client's turn is the run below's.)
+	other := asClient("js", clients.Tier{})
 	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ts", Runners: []runbox.Runner{{Language: "typescript"}}}, time.Minute)
-	if r, err := s.Submit(ctx, runbox.Spec{Language: "js", Code: "x"}, ""); err != nil || r.Language != "typescript" {
+	if r, err := s.Submit(other, runbox.Spec{Language: "js", Code: "x"}, ""); err != nil || r.Language != "typescript" {
 		t.Fatalf("javascript without its runner: %+v, %v", r, err)
 	}
 	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "js", Runners: []runbox.Runner{{Language: "javascript"}}}, time.Minute)
-	if r, err := s.Submit(ctx, runbox.Spec{Language: "javascript", Code: "x"}, ""); err != nil || r.Language != "javascript" {
+	if r, err := s.Submit(other, runbox.Spec{Language: "javascript", Code: "x"}, ""); err != nil || r.Language != "javascript" {
 		t.Fatalf("javascript with its runner: %+v, %v", r, err)
 	}
 	run, err := s.Submit(ctx, spec, "")

@@ -34,11 +34,12 @@ type Store interface {
 	AllowConversation(ctx context.Context, client, key string, perHour int, ttl time.Duration) (time.Duration, error)
 	AllowConversations(ctx context.Context, client string, keys []string, perHour int) (time.Duration, error)
 	ActiveRuns(ctx context.Context, client string) (int, error)
-	RunSeconds(ctx context.Context, client string) (int64, error)
+	RunSeconds(ctx context.Context, client string) (used, reserved int64, err error)
 
 	// Executors: what the live ones offer, which holds a conversation.
 	Owner(ctx context.Context, cid string) (string, error)
 	LiveExecutors(ctx context.Context) ([]runbox.ExecutorInfo, error)
 	Runners(ctx context.Context) ([]runbox.Runner, error)
 	HeldConversations(ctx context.Context) (int, error)
+	Unowned(ctx context.Context, keys []string) (int, error)
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/auth"
 )
 
 // TemplateStart is the program of a project's run: every template image
@@ -20,18 +19,15 @@ func (s *Service) SubmitTemplate(ctx context.Context, key string, t runbox.Templ
 	if !owns(ctx, key) {
 		return runbox.Run{}, runbox.Errorf(runbox.ENotFound, "no such conversation")
 	}
-	if err := s.admitRun(ctx, key); err != nil {
-		s.Metrics.Limited(client(ctx), runbox.ErrorCode(err))
-		return runbox.Run{}, err
-	}
-	timeout, err := s.backgroundTimeout(ctx, ttl)
-	if err != nil {
-		return runbox.Run{}, err
-	}
-	return s.enqueue(ctx, runbox.Spec{
+	spec := runbox.Spec{
 		Language: runbox.TemplateLanguage(t.Name), Code: TemplateStart, ConversationID: key,
-		TimeoutSeconds: timeout, Background: true, Detach: true,
-	}, "", runbox.Callback{})
+		TimeoutSeconds: max(int(ttl/time.Second), 1), Background: true, Detach: true,
+	}
+	if err := s.admitRun(ctx, &spec); err != nil {
+		s.limited(ctx, err)
+		return runbox.Run{}, err
+	}
+	return s.enqueue(ctx, spec, "", runbox.Callback{})
 }
 
 // MaxBackground bounds a background run however busy it is: a server
@@ -51,37 +47,6 @@ func maxTimeout(spec runbox.Spec, l Limits) int {
 	return l.MaxTimeoutSeconds
 }
 
-// backgroundLimit holds a background run's timeout to what the caller's
-// tier has left of its run-seconds today (MaxBackground when it asks for
-// none); a tier with none left is refused as any run would be.
-func (s *Service) backgroundLimit(ctx context.Context, spec *runbox.Spec) error {
-	limit := MaxBackground
-	switch asked := time.Duration(spec.TimeoutSeconds) * time.Second; {
-	case asked > MaxBackground:
-		return nil // refused as too long (normalize)
-	case asked > 0:
-		limit = asked
-	}
-	secs, err := s.backgroundTimeout(ctx, limit)
-	if err != nil {
-		return err
-	}
-	if spec.TimeoutSeconds == 0 || secs < spec.TimeoutSeconds {
-		spec.TimeoutSeconds = secs
-	}
-	return nil
-}
-
-// backgroundTimeout is the time a background run may take: at most
-// limit, and what the caller's tier has left of its run-seconds today.
-func (s *Service) backgroundTimeout(ctx context.Context, limit time.Duration) (int, error) {
-	secs := int(limit / time.Second)
-	if per := auth.Tier(ctx).RunSecondsPerDay; per > 0 {
-		used, err := s.store.RunSeconds(ctx, client(ctx))
-		if err != nil {
-			return 0, err
-		}
-		secs = min(secs, per-int(used))
-	}
-	return max(secs, 1), nil
-}
+// A background run that asks for no timeout gets MaxBackground, which
+// admitRun holds to what the caller's tier has left of its run-seconds
+// today: a run reserves its timeout of the day until it ends.

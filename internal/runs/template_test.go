@@ -11,13 +11,16 @@ import (
 )
 
 // TestBackground: a background run detaches, and is bounded by what its
-// client's tier has left of its run-seconds, not by a run's time limit.
+// client's tier has left of its run-seconds — those its runs under way
+// reserve taken off — not by a run's time limit.
 func TestBackground(t *testing.T) {
 	s, st, _ := newService(t)
 	ctx := context.Background()
 	st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex", Runners: []runbox.Runner{{Language: "python"}},
 		Templates: []runbox.Template{{Name: "react", Port: 3000}}}, time.Minute)
-	free := auth.WithClient(ctx, clients.Client{Name: "trial", Tier: clients.Tier{RunSecondsPerDay: 100, MaxTimeoutSeconds: 5}})
+	free := func(name string) context.Context {
+		return auth.WithClient(ctx, clients.Client{Name: name, Tier: clients.Tier{RunSecondsPerDay: 100, MaxTimeoutSeconds: 5}})
+	}
 	for _, tc := range []struct {
 		name    string
 		ctx     context.Context
@@ -28,9 +31,11 @@ func TestBackground(t *testing.T) {
 		{"unlimited", ctx, 0, int(MaxBackground / time.Second), ""},
 		{"asked for", ctx, 7200, 7200, ""},
 		{"past a day", ctx, int(MaxBackground/time.Second) + 1, 0, runbox.EInvalid},
-		{"the tier's run-seconds", free, 0, 100, ""},
-		{"less than the tier's", free, 30, 30, ""},
-		{"more than the tier's", free, 3600, 100, ""},
+		{"the tier's run-seconds", free("a"), 0, 100, ""},
+		{"less than the tier's", free("b"), 30, 30, ""},
+		{"what the first left", free("b"), 0, 70, ""},
+		{"none left", free("b"), 0, 0, runbox.EQuotaExceeded},
+		{"more than the tier's", free("c"), 3600, 100, ""},
 	} {
 		run, err := s.Submit(tc.ctx, runbox.Spec{Language: "python", Code: "x", Background: true, TimeoutSeconds: tc.timeout}, "")
 		if tc.code != "" {
@@ -54,7 +59,7 @@ func TestBackground(t *testing.T) {
 	if _, err := s.Submit(ctx, runbox.Spec{Language: runbox.TemplateLanguage("react"), Code: "x"}, ""); runbox.ErrorCode(err) != runbox.EUnknownLanguage {
 		t.Errorf("a template's language: %v", err)
 	}
-	run, err := s.SubmitTemplate(free, "~trial~p1", runbox.Template{Name: "react", Port: 3000}, time.Hour)
+	run, err := s.SubmitTemplate(free("trial"), "~trial~p1", runbox.Template{Name: "react", Port: 3000}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +67,7 @@ func TestBackground(t *testing.T) {
 	if spec.Language != "@react" || spec.Code != TemplateStart || spec.TimeoutSeconds != 100 || !spec.Detach || !spec.Background {
 		t.Errorf("a project's run: %+v", spec)
 	}
-	if _, err := s.SubmitTemplate(free, "~other~p1", runbox.Template{Name: "react"}, time.Hour); runbox.ErrorCode(err) != runbox.ENotFound {
+	if _, err := s.SubmitTemplate(free("trial"), "~other~p1", runbox.Template{Name: "react"}, time.Hour); runbox.ErrorCode(err) != runbox.ENotFound {
 		t.Errorf("a template run in another client's conversation: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package runs
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -21,11 +22,13 @@ const activeRetry = 2 * time.Second
 const storageRetry = time.Minute
 
 // tierTimeout holds a run's timeout to its client's tier: a run that asks
-// for none gets the tier's longest; one that asks for more is refused.
+// for none gets the tier's longest; one that asks for more is refused. A
+// background run is held by what the tier has left of its run-seconds
+// (admitRun), not by a run's time limit.
 func tierTimeout(ctx context.Context, spec *runbox.Spec) error {
 	limit := auth.Tier(ctx).MaxTimeoutSeconds
 	switch {
-	case limit == 0:
+	case limit == 0 || spec.Background:
 	case spec.TimeoutSeconds == 0:
 		spec.TimeoutSeconds = limit
 	case spec.TimeoutSeconds > limit:
@@ -34,9 +37,32 @@ func tierTimeout(ctx context.Context, spec *runbox.Spec) error {
 	return nil
 }
 
-// admitRun holds a new run to its client's tier: runs in flight and run
-// seconds today, then what admitting its conversation asks.
-func (s *Service) admitRun(ctx context.Context, key string) error {
+// bounds are what the caller may have waiting and spend, held by the
+// store as it records the caller's runs: its tier's bounds, or the
+// service's.
+func (s *Service) bounds(ctx context.Context) runbox.ClientBounds {
+	tier := auth.Tier(ctx)
+	return runbox.ClientBounds{
+		MaxQueuedRuns:    cmp.Or(tier.MaxQueuedRuns, s.limits.MaxQueuedRuns),
+		MaxQueuedBytes:   cmp.Or(tier.MaxQueuedBytes, s.limits.MaxQueuedBytes),
+		ConcurrentRuns:   tier.ConcurrentRuns,
+		RunSecondsPerDay: tier.RunSecondsPerDay,
+	}
+}
+
+// limited counts a refusal of the caller's run for one of its limits.
+func (s *Service) limited(ctx context.Context, err error) {
+	switch code := runbox.ErrorCode(err); code {
+	case runbox.EBusy, runbox.ERateLimited, runbox.EQuotaExceeded, runbox.EMaxSessions:
+		s.Metrics.Limited(client(ctx), code)
+	}
+}
+
+// admitRun holds a new run to its client's tier: runs in flight, its
+// timeout within what is left of the day's run seconds, then what
+// admitting its conversation asks. The store holds the rest as it
+// records the run: the client's queue, and the seconds it reserves.
+func (s *Service) admitRun(ctx context.Context, spec *runbox.Spec) error {
 	tier, c := auth.Tier(ctx), client(ctx)
 	if tier.ConcurrentRuns > 0 {
 		n, err := s.store.ActiveRuns(ctx, c)
@@ -48,29 +74,43 @@ func (s *Service) admitRun(ctx context.Context, key string) error {
 				"this client has %d runs queued or running, its limit; retry when one has finished", n)
 		}
 	}
-	if err := s.admitRunSeconds(ctx); err != nil {
-		return err
-	}
-	return s.AdmitConversation(ctx, key)
-}
-
-// admitRunSeconds holds a new run to its client's run_seconds_per_day.
-func (s *Service) admitRunSeconds(ctx context.Context) error {
-	tier := auth.Tier(ctx)
-	if tier.RunSecondsPerDay == 0 {
-		return nil
-	}
-	used, err := s.store.RunSeconds(ctx, client(ctx))
+	left, err := s.secondsLeft(ctx)
 	if err != nil {
 		return err
 	}
-	if used >= int64(tier.RunSecondsPerDay) {
-		now := time.Now().UTC()
-		midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-		return runbox.Limited(runbox.EQuotaExceeded, midnight.Sub(now),
-			"this client's runs took %d of its %d seconds today (UTC)", used, tier.RunSecondsPerDay)
+	if left >= 0 {
+		// A run takes at most what is left of the day: its timeout is
+		// reserved until it ends.
+		spec.TimeoutSeconds = min(spec.TimeoutSeconds, left)
 	}
-	return nil
+	return s.AdmitConversation(ctx, spec.ConversationID)
+}
+
+// secondsLeft returns the seconds of the caller's run_seconds_per_day
+// neither used today nor reserved by its runs not yet ended, or -1 when
+// its tier has no such bound; nothing left is quota_exceeded.
+func (s *Service) secondsLeft(ctx context.Context) (int, error) {
+	perDay := auth.Tier(ctx).RunSecondsPerDay
+	if perDay == 0 {
+		return -1, nil
+	}
+	used, reserved, err := s.store.RunSeconds(ctx, client(ctx))
+	if err != nil {
+		return 0, err
+	}
+	left := perDay - int(used) - int(reserved)
+	if left > 0 {
+		return left, nil
+	}
+	if used < int64(perDay) {
+		return 0, runbox.Limited(runbox.EQuotaExceeded, activeRetry,
+			"this client's runs took %d of its %d seconds today (UTC), and its runs under way reserve the rest until they end",
+			used, perDay)
+	}
+	now := time.Now().UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	return 0, runbox.Limited(runbox.EQuotaExceeded, midnight.Sub(now),
+		"this client's runs took %d of its %d seconds today (UTC)", used, perDay)
 }
 
 // admitSandbox holds a run of a conversation that holds no sandbox to
@@ -89,16 +129,41 @@ func (s *Service) admitSandbox(ctx context.Context, key string) error {
 // admitSandboxes refuses runs of conversations holding no sandbox while
 // the service holds SANDBOX_MAX_SESSIONS.
 func (s *Service) admitSandboxes(ctx context.Context) error {
+	return s.admitNewSandboxes(ctx, 1)
+}
+
+// admitSandboxesFor refuses a batch whose conversations holding no
+// sandbox (each would get one) would take the service past
+// SANDBOX_MAX_SESSIONS.
+func (s *Service) admitSandboxesFor(ctx context.Context, keys []string) error {
 	if s.limits.MaxSessions == 0 {
 		return nil
 	}
-	n, err := s.store.HeldConversations(ctx)
+	n, err := s.store.Unowned(ctx, keys)
 	if err != nil {
 		return err
 	}
-	if n >= s.limits.MaxSessions {
+	return s.admitNewSandboxes(ctx, n)
+}
+
+// admitNewSandboxes refuses n more conversations holding a sandbox past
+// SANDBOX_MAX_SESSIONS.
+func (s *Service) admitNewSandboxes(ctx context.Context, n int) error {
+	if s.limits.MaxSessions == 0 || n == 0 {
+		return nil
+	}
+	held, err := s.store.HeldConversations(ctx)
+	if err != nil {
+		return err
+	}
+	if held+n > s.limits.MaxSessions {
+		if n == 1 {
+			return runbox.Errorf(runbox.EMaxSessions,
+				"the server holds %d live sessions, its limit; close one (close_session) or retry once one has been idle for a while", held)
+		}
 		return runbox.Errorf(runbox.EMaxSessions,
-			"the server holds %d live sessions, its limit; close one (close_session) or retry once one has been idle for a while", n)
+			"the batch starts %d new sessions, and the server holds %d of its %d; split it, or retry once some have been idle for a while",
+			n, held, s.limits.MaxSessions)
 	}
 	return nil
 }

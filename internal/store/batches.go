@@ -15,112 +15,95 @@ import (
 
 // A batch is up to runbox.MaxBatchRuns runs recorded and enqueued by one
 // script: their records and queued events, their place in their
-// conversations and their tasks in asynq (written where asynq keeps them,
-// TaskQueue), and the batch's own record, which counts its runs by state
-// as they start and end (claimScript, transitionScript) and writes the
-// batch's webhook when the last ends.
-//
-// A client's runs queued or running at once are bounded (its tier's
-// concurrent_runs, or a window the api sets): the batch's runs past the
-// bound wait, recorded and queued, in the client's gate, and are let in
-// as the client's runs end (Finish) or the sweep finds room (ReleaseGated).
+// conversations and, for those that head their conversations and whose
+// client's turn allows (admissionLua's head), their tasks in asynq
+// (written where asynq keeps them, TaskQueue); the others are let go as
+// the client's runs are claimed and end, as runs submitted alone are. The
+// batch's own record counts its runs by state as they start and end
+// (claimScript, transitionScript) and writes the batch's webhook when the
+// last ends. A batch is held whole to its client's bounds and to its
+// conversations' waiting runs before anything is written.
 //
 // Keys: runbox:batch:{<id>} (client, total, created, callback, running,
 // ended, succeeded, failed, cancelled, finished, cancelling), its runs in
-// order runbox:batch:{<id>}:runs, a client's gate runbox:client:<c>:gate
-// and its settings runbox:client:<c>:gate:conf (limit, and where asynq
-// keeps the queue's tasks), and the clients with a gate runbox:gates.
+// order runbox:batch:{<id>}:runs.
 
 func batchKey(id string) string { return prefix + "batch:{" + id + "}" }
 
 func batchRunsKey(id string) string { return prefix + "batch:{" + id + "}:runs" }
 
-func gateKey(client string) string { return prefix + "client:" + client + ":gate" }
-
-func gateConfKey(client string) string {
-	return prefix + "client:" + client + ":gate:conf"
-}
-
-const gatesKey = prefix + "gates"
-
 // Batches keeps batches of runs: their records and counts, their runs
-// recorded and enqueued in one script, and the clients' gates their runs
-// wait in.
+// recorded and enqueued in one script.
 type Batches struct{ *base }
 
-// releaseMax bounds the runs one release lets in.
-const releaseMax = 1000
-
-// admitLua defines admit(): a run joins its client's runs queued or
-// running and its conversation — as its head, its task written where
-// asynq keeps it and announced to idle executors (as Executors.Wake does), or
-// behind the head, in its pending list. It reports whether the run heads
-// its conversation.
-//
-// q holds the queue's name, task key prefix and pending list.
-const admitLua = `
-local function admit(p, q, id, cid, msg, active, horizon, nowns, ttl)
-  redis.call('ZADD', active, horizon, id)
-  redis.call('EXPIRE', active, ttl)
-  local head = p .. 'conv:' .. cid .. ':head'
-  if redis.call('SET', head, id, 'NX') then
-    redis.call('SADD', p .. 'convs:busy', cid)
-    local task = q.tasks .. id
-    if redis.call('EXISTS', task) == 0 then
-      redis.call('HSET', task, 'msg', msg, 'state', 'pending', 'pending_since', nowns)
-      redis.call('LPUSH', q.pending, id)
-    end
-    redis.call('LPUSH', p .. 'wake', id)
-    return true
-  end
-  local pending = p .. 'conv:' .. cid .. ':pending'
-  redis.call('RPUSH', pending, id)
-  redis.call('EXPIRE', pending, ttl)
-  return false
-end
-`
+// batchRunArgs is how many arguments each run of a batch takes
+// (createBatchScript).
+const batchRunArgs = 10
 
 // createBatchScript records a batch and its runs, as createScript records
-// one run, and admits as many as the window leaves room for (none while
-// runs of earlier batches wait in the client's gate); the others wait in
-// the gate, their tasks kept in their records until their turn.
+// one run: each joins its conversation — as its head, its task written
+// where asynq keeps it and announced to idle executors (as Executors.Wake
+// does) when its client's turn allows, else waiting in the client's ready
+// set; or behind the head, in its pending list. Nothing is written when
+// the batch is past its client's queue or seconds, or would leave more
+// than ARGV[6] runs waiting in one of its conversations.
 //
 // KEYS[1] the batch, KEYS[2] its runs, KEYS[3] the client's recent runs,
-// KEYS[4] the client's runs queued or running, KEYS[5] its gate,
-// KEYS[6] the gate's settings, KEYS[7] clients with a gate,
-// KEYS[8] the idempotency key (ignored when ARGV[14] is "")
+// KEYS[4] the client's runs queued or running, KEYS[5] its bounds,
+// KEYS[6] the idempotency key (ignored when ARGV[14] is "")
 // ARGV[1] batch id, ARGV[2] client, ARGV[3] created (unix ms), ARGV[4] ttl
-// (s), ARGV[5] queued event, ARGV[6] window (0: none), ARGV[7] when a run
-// stops counting as queued or running should its end be lost (unix ms),
-// ARGV[8] now (unix ns, asynq's pending_since), ARGV[9] key prefix,
-// ARGV[10] queue name, ARGV[11] its task key prefix, ARGV[12] its pending
-// list, ARGV[13] the set of queue names, ARGV[14] idempotency "" or "1",
-// ARGV[15] batch callback ("" none), ARGV[16] most announcements kept,
-// ARGV[17] n, then n runs of 8: id, conversation key, language,
-// interactive, spec, callback ("" none), "1" to tell of its start, task.
-// Returns {"created", batch id, runs admitted} or {"exists", batch id}.
-var createBatchScript = redis.NewScript(admitLua + `
+// (s), ARGV[5] queued event, ARGV[6] most runs waiting per conversation,
+// ARGV[7] when a run stops counting as queued or running should its end
+// be lost (unix ms), ARGV[8] now (unix ns, asynq's pending_since),
+// ARGV[9] key prefix, ARGV[10] queue name, ARGV[11] its task key prefix,
+// ARGV[12] its pending list, ARGV[13] the set of queue names,
+// ARGV[14] idempotency "" or "1", ARGV[15] batch callback ("" none),
+// ARGV[16] most announcements kept, ARGV[17] the bytes the runs hold,
+// ARGV[18..21] the client's bounds (most runs and bytes queued,
+// concurrent runs, seconds a day), ARGV[22] today (the seconds' key
+// suffix), ARGV[23] the seconds the runs reserve,
+// ARGV[24] n, then n runs of batchRunArgs: id, conversation key,
+// language, interactive, spec, callback ("" none), "1" to tell of its
+// start, task, bytes, seconds.
+// Returns {"created", batch id, runs enqueued}, {"exists", batch id},
+// {"busy", conversation key} or a refusal as createScript's.
+var createBatchScript = redis.NewScript(admissionLua + `
 if ARGV[14] ~= '' then
-  local prev = redis.call('GET', KEYS[8])
+  local prev = redis.call('GET', KEYS[6])
   if prev then return {'exists', prev} end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ARGV[1]} end
 local p, ttl, created, client = ARGV[9], tonumber(ARGV[4]), ARGV[3], ARGV[2]
-local q = {tasks = ARGV[11], pending = ARGV[12]}
-local n = tonumber(ARGV[17])
+local now = tonumber(created)
+local n, R = tonumber(ARGV[24]), ` + strconv.Itoa(batchRunArgs) + `
+local full = room(p, client, n, tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19]))
+if full then return full end
+local perDay = tonumber(ARGV[21])
+if perDay > 0 then
+  local used, reserved = secondsLeft(p, client, ARGV[22])
+  if used + reserved + tonumber(ARGV[23]) > perDay then return {'seconds', tostring(used + reserved), ARGV[23]} end
+end
+local per = {}
+for i = 0, n - 1 do
+  local cid = ARGV[26 + R * i]
+  per[cid] = (per[cid] or 0) + 1
+end
+for cid, k in pairs(per) do
+  local ahead = 0
+  if redis.call('EXISTS', p .. 'conv:' .. cid .. ':head') == 0 then ahead = 1 end
+  if redis.call('LLEN', p .. 'conv:' .. cid .. ':pending') + k - ahead > tonumber(ARGV[6]) then return {'busy', cid} end
+end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'client', client, 'total', n, 'created', created,
   'running', 0, 'ended', 0, 'succeeded', 0, 'failed', 0, 'cancelled', 0)
 if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'callback', ARGV[15]) end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', created)
-local free = n
-local window = tonumber(ARGV[6])
-if window > 0 then free = window - redis.call('ZCARD', KEYS[4]) end
-if redis.call('LLEN', KEYS[5]) > 0 then free = 0 end
+redis.call('HSET', KEYS[5], 'concurrent', ARGV[20])
+redis.call('EXPIRE', KEYS[5], ttl)
 local ev = '{"seq":1,' .. string.sub(ARGV[5], 2)
-local admitted = 0
+local enqueued = 0
 for i = 0, n - 1 do
-  local b = 18 + 8 * i
+  local b = 25 + R * i
   local id, cid = ARGV[b], ARGV[b + 1]
   local run = p .. 'run:{' .. id .. '}'
   redis.call('HSET', run, 'status', 'queued', 'seq', 1, 'id', id, 'conversation', cid, 'language', ARGV[b + 2],
@@ -139,37 +122,43 @@ for i = 0, n - 1 do
   redis.call('SET', p .. 'conv:' .. cid .. ':known', 1, 'EX', ttl)
   redis.call('ZADD', KEYS[3], created, id)
   redis.call('RPUSH', KEYS[2], id)
-  if free > 0 then
-    free = free - 1
-    admitted = admitted + 1
-    admit(p, q, id, cid, ARGV[b + 7], KEYS[4], ARGV[7], ARGV[8], ttl)
+  queue(p, client, id, tonumber(ARGV[b + 8]), ttl)
+  if perDay > 0 then reserve(p, client, id, tonumber(ARGV[b + 9]), ttl) end
+  redis.call('ZADD', KEYS[4], ARGV[7], id)
+  if redis.call('SET', p .. 'conv:' .. cid .. ':head', id, 'NX') then
+    redis.call('SADD', p .. 'convs:busy', cid)
+    if head(p, client, id, now, ttl) then
+      local task = ARGV[11] .. id
+      if redis.call('EXISTS', task) == 0 then
+        redis.call('HSET', task, 'msg', ARGV[b + 7], 'state', 'pending', 'pending_since', ARGV[8])
+        redis.call('LPUSH', ARGV[12], id)
+      end
+      redis.call('LPUSH', p .. 'wake', id)
+      enqueued = enqueued + 1
+    end
   else
-    redis.call('HSET', run, 'task', ARGV[b + 7])
-    redis.call('RPUSH', KEYS[5], id)
+    local pending = p .. 'conv:' .. cid .. ':pending'
+    redis.call('RPUSH', pending, id)
+    redis.call('EXPIRE', pending, ttl)
   end
 end
+redis.call('PEXPIREAT', KEYS[4], ARGV[7])
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1001)
 redis.call('EXPIRE', KEYS[3], ttl)
 redis.call('EXPIRE', KEYS[2], ttl)
-redis.call('HSET', KEYS[6], 'limit', window, 'queue', ARGV[10], 'tasks', ARGV[11], 'pending', ARGV[12],
-  'queues', ARGV[13])
-redis.call('EXPIRE', KEYS[6], ttl)
-if redis.call('LLEN', KEYS[5]) > 0 then
-  redis.call('EXPIRE', KEYS[5], ttl)
-  redis.call('SADD', KEYS[7], client)
-end
-if admitted > 0 then
+if enqueued > 0 then
   redis.call('LTRIM', p .. 'wake', 0, tonumber(ARGV[16]) - 1)
   redis.call('SADD', ARGV[13], ARGV[10])
 end
-if ARGV[14] ~= '' then redis.call('SET', KEYS[8], ARGV[1], 'EX', ttl) end
-return {'created', ARGV[1], tostring(admitted)}
+if ARGV[14] ~= '' then redis.call('SET', KEYS[6], ARGV[1], 'EX', ttl) end
+return {'created', ARGV[1], tostring(enqueued)}
 `)
 
-// CreateBatch records a batch and its runs, admits what its window
-// leaves room for and enqueues those that head their conversations, in
-// one script. It returns the batch's id: an earlier batch's, with created
-// false, when the idempotency key was used before.
+// CreateBatch records a batch and its runs and enqueues those that head
+// their conversations and whose client's turn allows, in one script; or
+// refuses it whole (see createBatchScript). It returns the batch's id: an
+// earlier batch's, with created false, when the idempotency key was used
+// before.
 func (s *Batches) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, bool, error) {
 	ev, err := eventBody(runbox.Event{TS: nb.CreatedAt, Type: runbox.EventQueued})
 	if err != nil {
@@ -181,10 +170,8 @@ func (s *Batches) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, 
 	}
 	created := nb.CreatedAt.UnixMilli()
 	q := nb.Queue
-	args := make([]any, 0, 17+8*len(nb.Runs))
-	args = append(args, nb.ID, nb.Client, created, s.ttlSeconds(), ev, nb.Window,
-		nb.CreatedAt.Add(activeRunHorizon).UnixMilli(), nb.CreatedAt.UnixNano(), prefix,
-		q.Name, q.TaskKeyPrefix, q.PendingKey, q.QueuesKey, idem, nb.Callback, wakeCap, len(nb.Runs))
+	runs := make([]any, 0, batchRunArgs*len(nb.Runs))
+	bytes, secs := 0, 0
 	for _, r := range nb.Runs {
 		spec, err := json.Marshal(r.Spec)
 		if err != nil {
@@ -194,106 +181,37 @@ func (s *Batches) CreateBatch(ctx context.Context, nb runbox.NewBatch) (string, 
 		if r.Callback.Started {
 			started = "1"
 		}
-		args = append(args, r.Run.ID, r.Run.ConversationID, r.Run.Language, boolField(r.Run.Interactive),
-			string(spec), r.Callback.URL, started, string(r.Task))
+		size := len(spec) + len(r.Task) + recordOverhead
+		bytes += size
+		secs += r.Spec.TimeoutSeconds
+		runs = append(runs, r.Run.ID, r.Run.ConversationID, r.Run.Language, boolField(r.Run.Interactive),
+			string(spec), r.Callback.URL, started, string(r.Task), size, r.Spec.TimeoutSeconds)
 	}
+	args := make([]any, 0, 24+len(runs))
+	args = append(args, nb.ID, nb.Client, created, s.ttlSeconds(), ev, max(nb.MaxWaiting, 1),
+		nb.CreatedAt.Add(activeRunHorizon).UnixMilli(), nb.CreatedAt.UnixNano(), prefix,
+		q.Name, q.TaskKeyPrefix, q.PendingKey, q.QueuesKey, idem, nb.Callback, wakeCap, bytes)
+	args = append(args, boundsArgs(nb.Bounds)...)
+	args = append(args, dayKey(s.now()), secs, len(nb.Runs))
+	args = append(args, runs...)
 	res, err := createBatchScript.Run(ctx, s.rdb, []string{batchKey(nb.ID), batchRunsKey(nb.ID),
-		clientRunsKey(nb.Client), activeRunsKey(nb.Client), gateKey(nb.Client), gateConfKey(nb.Client), gatesKey,
-		idemKey}, args...).StringSlice()
+		clientRunsKey(nb.Client), activeRunsKey(nb.Client), boundsKey(nb.Client), idemKey}, args...).StringSlice()
 	if err != nil {
 		return "", false, fmt.Errorf("create batch: %w", err)
 	}
-	if len(res) < 2 {
-		return "", false, fmt.Errorf("create batch: unexpected reply %v", res)
+	switch {
+	case len(res) >= 2 && res[0] == "busy":
+		_, id, _ := runbox.ParseConversationKey(res[1])
+		return "", false, runbox.Limited(runbox.EBusy, queuedRetry,
+			"the batch would leave more than %d runs waiting in conversation %s, as runs submitted alone may; split it", max(nb.MaxWaiting, 1), id)
+	case len(res) >= 2 && (res[0] == "created" || res[0] == "exists"):
+		return res[1], res[0] == "created", nil
 	}
-	return res[1], res[0] == "created", nil
+	return "", false, refusal(res, nb.Bounds)
 }
 
 func batchIdempotencyKey(client, key string) string {
 	return prefix + "idem:" + client + ":batch:" + key
-}
-
-// letInScript lets runs of a client's gate in, oldest first, while the
-// client's runs queued or running are fewer than the gate's limit. Runs
-// no longer queued (cancelled while they waited) and those of a batch
-// being cancelled are dropped from the gate. A gate still holding runs is
-// kept ttl from now.
-//
-// KEYS[1] the gate, KEYS[2] its settings, KEYS[3] the client's runs
-// queued or running, KEYS[4] clients with a gate
-// ARGV[1] client, ARGV[2] now (unix ms), ARGV[3] when a run stops
-// counting as queued or running should its end be lost (unix ms),
-// ARGV[4] now (unix ns), ARGV[5] key prefix, ARGV[6] ttl (s),
-// ARGV[7] most runs to let in, ARGV[8] most announcements kept
-// Returns the number of runs let in.
-var letInScript = redis.NewScript(admitLua + `
-local conf = redis.call('HMGET', KEYS[2], 'limit', 'queue', 'tasks', 'pending', 'queues')
-if not conf[2] then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', KEYS[4], ARGV[1])
-  return 0
-end
-local p = ARGV[5]
-local q = {tasks = conf[3], pending = conf[4]}
-local free = tonumber(ARGV[7])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[2])
-if tonumber(conf[1]) > 0 then free = math.min(free, tonumber(conf[1]) - redis.call('ZCARD', KEYS[3])) end
-local released = 0
-while free > 0 do
-  local id = redis.call('LPOP', KEYS[1])
-  if not id then break end
-  local run = p .. 'run:{' .. id .. '}'
-  local f = redis.call('HMGET', run, 'status', 'conversation', 'task', 'batch')
-  if f[1] == 'queued' and f[3] and f[4] and redis.call('HGET', p .. 'batch:{' .. f[4] .. '}', 'cancelling') ~= '1' then
-    redis.call('HDEL', run, 'task')
-    admit(p, q, id, f[2], f[3], KEYS[3], ARGV[3], ARGV[4], ARGV[6])
-    free = free - 1
-    released = released + 1
-  end
-end
-if redis.call('LLEN', KEYS[1]) == 0 then
-  redis.call('SREM', KEYS[4], ARGV[1])
-else
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
-  redis.call('EXPIRE', KEYS[2], ARGV[6])
-end
-if released > 0 then
-  redis.call('LTRIM', p .. 'wake', 0, tonumber(ARGV[8]) - 1)
-  redis.call('SADD', conf[5], conf[2])
-end
-return released
-`)
-
-// release lets the runs of client's gate in that its limit leaves room
-// for, and returns how many.
-func (s *Batches) release(ctx context.Context, client string) (int, error) {
-	now := s.now()
-	n, err := letInScript.Run(ctx, s.rdb, []string{gateKey(client), gateConfKey(client), activeRunsKey(client), gatesKey},
-		client, now.UnixMilli(), now.Add(activeRunHorizon).UnixMilli(), now.UnixNano(), prefix, s.ttlSeconds(),
-		releaseMax, wakeCap).Int()
-	if err != nil {
-		return 0, fmt.Errorf("let in waiting runs of %s: %w", client, err)
-	}
-	return n, nil
-}
-
-// ReleaseGated lets in the waiting runs of every client with a gate that
-// has room, and returns how many: the sweep's repair of a release a
-// process did not make (it died between a run's end and the release).
-func (s *Batches) ReleaseGated(ctx context.Context) (int, error) {
-	clients, err := s.rdb.SMembers(ctx, gatesKey).Result()
-	if err != nil {
-		return 0, fmt.Errorf("read gated clients: %w", err)
-	}
-	total := 0
-	for _, c := range clients {
-		n, err := s.release(ctx, c)
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
 }
 
 // batchEndLua defines batchEnded(): a run of batch went from status from

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,14 +16,14 @@ import (
 // is queue.Shared's, checked in internal/queue).
 var testQueue = runbox.TaskQueue{Name: "runs", TaskKeyPrefix: "asynq:{runs}:t:", PendingKey: "asynq:{runs}:pending", QueuesKey: "asynq:queues"}
 
-func testBatch(id, client string, n int, window int) runbox.NewBatch {
-	nb := runbox.NewBatch{ID: id, Client: client, CreatedAt: time.Now(), Window: window, Queue: testQueue}
+func testBatch(id, client string, n int) runbox.NewBatch {
+	nb := runbox.NewBatch{ID: id, Client: client, CreatedAt: time.Now(), Queue: testQueue, MaxWaiting: 16}
 	for i := range n {
 		rid := fmt.Sprintf("run_%s_%d", id, i)
 		cid := fmt.Sprintf("~%s~c%d", client, i)
 		nb.Runs = append(nb.Runs, runbox.BatchRun{
 			Run:  runbox.Run{ID: rid, ConversationID: cid, Language: "bash"},
-			Spec: runbox.Spec{Language: "bash", Code: "echo " + rid, ConversationID: cid},
+			Spec: runbox.Spec{Language: "bash", Code: "echo " + rid, ConversationID: cid, TimeoutSeconds: 10},
 			Task: []byte("task of " + rid),
 		})
 	}
@@ -40,10 +42,14 @@ func tasks(t *testing.T, s *Store, ids ...string) []string {
 	return out
 }
 
-func TestBatchWindowAndCounts(t *testing.T) {
+// TestBatchTurnsAndCounts: a batch's runs head their conversations; the
+// first dispatchAhead are given to asynq at once, the others as the
+// client's runs are claimed and end, in the batch's order; the batch
+// counts them as they go.
+func TestBatchTurnsAndCounts(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		nb := testBatch("batch_a", "alice", 5, 2)
+		nb := testBatch("batch_a", "alice", 5)
 		nb.Callback = "https://hooks.example/batch"
 		id, created, err := s.CreateBatch(ctx, nb)
 		if err != nil || !created || id != "batch_a" {
@@ -53,8 +59,8 @@ func TestBatchWindowAndCounts(t *testing.T) {
 		if err != nil || len(ids) != 5 {
 			t.Fatalf("BatchRuns = %v, %v", ids, err)
 		}
-		// Two fit in the window: they head their conversations, their
-		// tasks are in asynq's queue and announced; three wait.
+		// Two are the client's turn: their tasks are in asynq's queue and
+		// announced; three wait theirs.
 		if got := tasks(t, s, ids...); !slices.Equal(got, ids[:2]) {
 			t.Fatalf("tasks of %v; want the first two", got)
 		}
@@ -64,8 +70,8 @@ func TestBatchWindowAndCounts(t *testing.T) {
 		if n, _ := s.rdb.LLen(ctx, wakeKey).Result(); n != 2 {
 			t.Errorf("%d announced", n)
 		}
-		if n, _ := s.ActiveRuns(ctx, "alice"); n != 2 {
-			t.Errorf("ActiveRuns = %d; want the two let in", n)
+		if n, _ := s.ActiveRuns(ctx, "alice"); n != 5 {
+			t.Errorf("ActiveRuns = %d; want the 5 queued", n)
 		}
 		for _, rid := range ids {
 			run, err := s.Run(ctx, rid)
@@ -87,29 +93,29 @@ func TestBatchWindowAndCounts(t *testing.T) {
 			t.Fatalf("CreateBatch again = %q, %v, %v", again, created, err)
 		}
 
-		// One starts, then ends: its place goes to the next in the gate.
-		if c, err := s.ClaimFor(ctx, ids[0], "ex", time.Minute, 0); err != nil || !c.OK {
-			t.Fatalf("claim: %+v, %v", c, err)
+		// One starts: the next in the batch's order is let go.
+		c, err := s.ClaimFor(ctx, ids[0], "ex", time.Minute, 0)
+		if err != nil || !c.OK || !slices.Equal(c.Dispatch, ids[2:3]) {
+			t.Fatalf("claim: %+v, %v; want %s let go", c, err, ids[2])
 		}
 		if b, _ := s.Batch(ctx, id); b.Running != 1 || b.Queued != 4 {
 			t.Fatalf("after the claim: %+v", b)
 		}
-		finish(t, s, ids[0], nb.Runs[0].Run.ConversationID, runbox.StatusRunning)
+		// It ends: two are still the client's turn, none is let go.
+		if a := finish(t, s, ids[0], nb.Runs[0].Run.ConversationID, runbox.StatusRunning); len(a.Dispatch) != 0 {
+			t.Fatalf("the end let %v go", a.Dispatch)
+		}
 		if b, _ := s.Batch(ctx, id); b.Running != 0 || b.Succeeded != 1 || b.Queued != 4 {
 			t.Fatalf("after the end: %+v", b)
 		}
-		if got := tasks(t, s, ids...); !slices.Equal(got, ids[:3]) {
-			t.Fatalf("tasks of %v; want the first three", got)
-		}
 
-		// A waiting run cancelled is counted, and never let in.
+		// A waiting run cancelled is counted, and never let go.
 		if _, err := s.Finish(ctx, ids[3], runbox.Ending{From: []runbox.Status{runbox.StatusQueued}, Status: runbox.StatusCancelled,
 			Result: &runbox.Result{Cancelled: true}, Conversation: nb.Runs[3].Run.ConversationID}); err != nil {
 			t.Fatal(err)
 		}
-		finish(t, s, ids[1], nb.Runs[1].Run.ConversationID, runbox.StatusQueued)
-		if got := tasks(t, s, ids...); !slices.Equal(got, []string{ids[0], ids[1], ids[2], ids[4]}) {
-			t.Fatalf("tasks of %v", got)
+		if a := finish(t, s, ids[1], nb.Runs[1].Run.ConversationID, runbox.StatusQueued); !slices.Equal(a.Dispatch, ids[4:]) {
+			t.Fatalf("the end of %s let %v go; want %s", ids[1], a.Dispatch, ids[4])
 		}
 		if b, _ := s.Batch(ctx, id); b.Cancelled != 1 || b.Succeeded != 2 || b.Queued != 2 || !b.FinishedAt.IsZero() {
 			t.Fatalf("before the last: %+v", b)
@@ -140,45 +146,65 @@ func TestBatchWindowAndCounts(t *testing.T) {
 		if runs, err := s.RunsOf(ctx, ids[:2]); err != nil || len(runs) != 2 || runs[0].ID != ids[0] || runs[1].Status != runbox.StatusSucceeded {
 			t.Fatalf("RunsOf = %+v, %v", runs, err)
 		}
+		// Nothing of the client's is left counted.
+		if n, _ := s.ActiveRuns(ctx, "alice"); n != 0 {
+			t.Errorf("ActiveRuns = %d at the end", n)
+		}
+		if n, _ := s.rdb.HLen(ctx, queuedKey("alice")).Result(); n != 0 {
+			t.Errorf("%d runs left in the client's queue", n)
+		}
 	})
 }
 
-// TestBatchGateOrder: runs of a later batch wait behind an earlier
-// batch's, and a batch being cancelled lets none of its waiting runs in.
-func TestBatchGateOrder(t *testing.T) {
+// TestBatchConcurrentRuns: with concurrent_runs, no more of the client's
+// runs are given to executors than it may run; what waits goes as they
+// end.
+func TestBatchConcurrentRuns(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		first := testBatch("batch_1", "bob", 3, 1)
-		if _, _, err := s.CreateBatch(ctx, first); err != nil {
+		nb := testBatch("batch_c", "bob", 3)
+		nb.Bounds.ConcurrentRuns = 1
+		if _, _, err := s.CreateBatch(ctx, nb); err != nil {
 			t.Fatal(err)
 		}
-		second := testBatch("batch_2", "bob", 2, 5)
-		for i := range second.Runs {
-			second.Runs[i].Run.ConversationID += "-2"
+		ids := []string{nb.Runs[0].Run.ID, nb.Runs[1].Run.ID, nb.Runs[2].Run.ID}
+		if got := tasks(t, s, ids...); !slices.Equal(got, ids[:1]) {
+			t.Fatalf("tasks of %v; want the first alone", got)
 		}
-		if _, _, err := s.CreateBatch(ctx, second); err != nil {
-			t.Fatal(err)
+		if c, err := s.ClaimFor(ctx, ids[0], "ex", time.Minute, 0); err != nil || !c.OK || len(c.Dispatch) != 0 {
+			t.Fatalf("claim: %+v, %v; want none let go while it runs", c, err)
 		}
-		if got := tasks(t, s, "run_batch_2_0", "run_batch_2_1"); len(got) != 0 {
-			t.Fatalf("the second batch jumped the gate: %v", got)
+		if a := finish(t, s, ids[0], nb.Runs[0].Run.ConversationID, runbox.StatusRunning); !slices.Equal(a.Dispatch, ids[1:2]) {
+			t.Fatalf("its end let %v go; want %s", a.Dispatch, ids[1])
 		}
-		// The sweep lets in what the window (now 5) leaves room for, in
-		// order — but none of a batch being cancelled.
-		if err := s.CancellingBatch(ctx, "batch_1"); err != nil {
-			t.Fatal(err)
+	})
+}
+
+// TestBatchConversationBound: a batch may leave no more runs waiting in a
+// conversation than runs submitted alone may; refused, nothing is written.
+func TestBatchConversationBound(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		nb := testBatch("batch_w", "carol", 5)
+		nb.MaxWaiting = 3
+		for i := range nb.Runs {
+			nb.Runs[i].Run.ConversationID = "~carol~one"
 		}
-		n, err := s.ReleaseGated(ctx)
-		if err != nil || n != 2 {
-			t.Fatalf("ReleaseGated = %d, %v", n, err)
+		before, _ := s.rdb.DBSize(ctx).Result()
+		if _, _, err := s.CreateBatch(ctx, nb); runbox.ErrorCode(err) != runbox.EBusy || runbox.RetryAfterSeconds(err) == 0 ||
+			!strings.Contains(runbox.ErrorMessage(err), "conversation one") {
+			t.Fatalf("5 runs into one conversation, 3 may wait: %v", err)
 		}
-		if got := tasks(t, s, "run_batch_1_1", "run_batch_1_2", "run_batch_2_0", "run_batch_2_1"); !slices.Equal(got, []string{"run_batch_2_0", "run_batch_2_1"}) {
-			t.Fatalf("let in %v", got)
+		if after, _ := s.rdb.DBSize(ctx).Result(); after != before {
+			t.Errorf("a refused batch left %d keys", after-before)
 		}
-		if m, _ := s.rdb.SIsMember(ctx, gatesKey, "bob").Result(); m {
-			t.Error("bob's gate is empty and still listed")
+		nb.Runs = nb.Runs[:4] // the head and three waiting
+		if _, _, err := s.CreateBatch(ctx, nb); err != nil {
+			t.Fatalf("4 runs into one conversation: %v", err)
 		}
-		if err := s.CancellingBatch(ctx, "batch_none"); err != runbox.ErrBatchNotFound {
-			t.Errorf("CancellingBatch of nothing: %v", err)
+		if _, _, err := s.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: "alone", ConversationID: "~carol~one", CreatedAt: time.Now()},
+			Client: "carol", MaxWaiting: 3}); !errors.Is(err, runbox.ErrBusy) {
+			t.Fatalf("a fifth run alone: %v", err)
 		}
 	})
 }
@@ -187,12 +213,12 @@ func TestBatchGateOrder(t *testing.T) {
 func TestBatchIdempotency(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		nb := testBatch("batch_k1", "carol", 1, 0)
+		nb := testBatch("batch_k1", "carol", 1)
 		nb.IdempotencyKey = "k"
 		if _, _, err := s.CreateBatch(ctx, nb); err != nil {
 			t.Fatal(err)
 		}
-		other := testBatch("batch_k2", "carol", 1, 0)
+		other := testBatch("batch_k2", "carol", 1)
 		other.IdempotencyKey = "k"
 		id, created, err := s.CreateBatch(ctx, other)
 		if err != nil || created || id != "batch_k1" {

@@ -2,23 +2,22 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/runbox-dev/runbox"
 )
 
 // Limits counts what clients may do: calls a minute and new conversations
 // an hour (redis_rate), runs queued or running at once, and run seconds a
-// day. A run's end lets in what waits in its client's gate (batches).
+// day. Runs are counted as they are recorded and end, by the run scripts
+// (admission.go).
 type Limits struct {
 	*base
-	rate    *redis_rate.Limiter
-	batches *Batches
+	rate *redis_rate.Limiter
 }
 
 // The tiers' limits are counted in Redis, so that every api replica
@@ -30,7 +29,7 @@ func callsKey(client string) string      { return "calls:" + client } // redis_r
 func newConvsKey(client string) string   { return "convs:" + client }
 func activeRunsKey(client string) string { return prefix + "client:" + client + ":active" }
 func runSecondsKey(client string, day time.Time) string {
-	return prefix + "client:" + client + ":runsec:" + day.UTC().Format("20060102")
+	return prefix + "client:" + client + ":runsec:" + dayKey(day)
 }
 func knownConvKey(key string) string { return prefix + "conv:" + key + ":known" }
 
@@ -93,49 +92,17 @@ func (s *Limits) ActiveRuns(ctx context.Context, client string) (int, error) {
 }
 
 // RunSeconds returns the wall seconds of client's runs that ended today
-// (UTC).
-func (s *Limits) RunSeconds(ctx context.Context, client string) (int64, error) {
-	n, err := s.rdb.Get(ctx, runSecondsKey(client, s.now())).Int64()
-	if err == redis.Nil {
-		return 0, nil
+// (UTC), and those its runs not yet ended reserve.
+func (s *Limits) RunSeconds(ctx context.Context, client string) (used, reserved int64, err error) {
+	pipe := s.rdb.Pipeline()
+	u := pipe.Get(ctx, runSecondsKey(client, s.now()))
+	r := pipe.Get(ctx, reservedKey(client)+":total")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("read run seconds: %w", err)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("read run seconds: %w", err)
-	}
-	return n, nil
-}
-
-// runStarted counts a new run of the conversation key as active.
-func (s *Limits) runStarted(ctx context.Context, key, id string) error {
-	client, _, _ := runbox.ParseConversationKey(key)
-	pipe := s.rdb.TxPipeline()
-	pipe.ZAdd(ctx, activeRunsKey(client), redis.Z{Score: float64(s.now().Add(activeRunHorizon).UnixMilli()), Member: id})
-	pipe.Expire(ctx, activeRunsKey(client), activeRunHorizon)
-	_, err := pipe.Exec(ctx)
-	return err
-}
-
-// runEnded takes an ended run off its client's active runs and adds its
-// wall time to the client's day; runs waiting in the client's gate
-// (batches) take the place it leaves.
-func (s *Limits) runEnded(ctx context.Context, key, id string, took time.Duration) error {
-	client, _, _ := runbox.ParseConversationKey(key)
-	pipe := s.rdb.TxPipeline()
-	pipe.ZRem(ctx, activeRunsKey(client), id)
-	if secs := int64((took + time.Second - 1) / time.Second); secs > 0 {
-		day := runSecondsKey(client, s.now())
-		pipe.IncrBy(ctx, day, secs)
-		pipe.Expire(ctx, day, 48*time.Hour)
-	}
-	waiting := pipe.LLen(ctx, gateKey(client))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
-	}
-	if waiting.Val() > 0 {
-		_, err := s.batches.release(ctx, client)
-		return err
-	}
-	return nil
+	used, _ = u.Int64()
+	reserved, _ = r.Int64()
+	return used, reserved, nil
 }
 
 // AllowConversations counts the conversation keys of a batch that are

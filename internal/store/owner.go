@@ -61,3 +61,26 @@ func (s *Executors) Owner(ctx context.Context, cid string) (string, error) {
 	}
 	return owner, nil
 }
+
+// Unowned returns how many of the conversations keys (each counted once)
+// no executor holds a sandbox for, in one round trip: those a batch's runs
+// would give a sandbox each.
+func (s *Executors) Unowned(ctx context.Context, keys []string) (int, error) {
+	pipe := s.rdb.Pipeline()
+	seen := make(map[string]*redis.IntCmd, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; !dup {
+			seen[k] = pipe.Exists(ctx, ownerKey(k))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("read conversations' owners: %w", err)
+	}
+	n := 0
+	for _, c := range seen {
+		if c.Val() == 0 {
+			n++
+		}
+	}
+	return n, nil
+}

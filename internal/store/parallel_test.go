@@ -55,7 +55,7 @@ func TestParallelRuns(t *testing.T) {
 			t.Errorf("after a claim and a forget: %v, want [p2]", stale)
 		}
 		// Its end does not move the conversation on: head still heads it.
-		if a := finish(t, s, "p1", "conv", runbox.StatusRunning); !a.Done || a.Next != "" {
+		if a := finish(t, s, "p1", "conv", runbox.StatusRunning); !a.Done || len(a.Dispatch) != 0 {
 			t.Errorf("end of a parallel run: %+v", a)
 		}
 		heads, _ := s.Heads(ctx)
@@ -63,8 +63,8 @@ func TestParallelRuns(t *testing.T) {
 			t.Errorf("heads %+v, want conv headed by head", heads)
 		}
 		s.Claim(ctx, "head", "ex", time.Minute)
-		if a := finish(t, s, "head", "conv", runbox.StatusRunning); a.Next != "waiting" {
-			t.Errorf("after head: next %q, want waiting", a.Next)
+		if a := finish(t, s, "head", "conv", runbox.StatusRunning); fmt.Sprint(a.Dispatch) != "[waiting]" {
+			t.Errorf("after head: dispatch %v, want [waiting]", a.Dispatch)
 		}
 	})
 }
@@ -77,12 +77,12 @@ func TestDetach(t *testing.T) {
 		newRunIn(t, s, "server", "conv")
 		newRunIn(t, s, "next", "conv")
 		if next, err := s.Detach(ctx, "server", "conv"); err == nil {
-			t.Fatalf("a queued run detached (next %q)", next)
+			t.Fatalf("a queued run detached (next %v)", next)
 		}
 		s.Claim(ctx, "server", "ex", time.Minute)
 		next, err := s.Detach(ctx, "server", "conv")
-		if err != nil || next != "next" {
-			t.Fatalf("Detach = %q, %v, want next", next, err)
+		if err != nil || fmt.Sprint(next) != "[next]" {
+			t.Fatalf("Detach = %v, %v, want [next]", next, err)
 		}
 		run, _ := s.Run(ctx, "server")
 		if run.Status != runbox.StatusRunning {
@@ -96,14 +96,14 @@ func TestDetach(t *testing.T) {
 			t.Error("a conversation with a detached run and a head is not busy")
 		}
 		s.Claim(ctx, "next", "ex", time.Minute)
-		if a := finish(t, s, "next", "conv", runbox.StatusRunning); a.Next != "" {
+		if a := finish(t, s, "next", "conv", runbox.StatusRunning); len(a.Dispatch) != 0 {
 			t.Errorf("after next: %+v", a)
 		}
 		// Only the detached run is left: the conversation is still busy.
 		if busy, _ := s.Busy(ctx, "conv"); !busy {
 			t.Error("a conversation with a detached run is not busy")
 		}
-		if a := finish(t, s, "server", "conv", runbox.StatusRunning); !a.Done || a.Next != "" {
+		if a := finish(t, s, "server", "conv", runbox.StatusRunning); !a.Done || len(a.Dispatch) != 0 {
 			t.Errorf("end of the detached run: %+v", a)
 		}
 		if busy, _ := s.Busy(ctx, "conv"); busy {

@@ -23,10 +23,7 @@ import (
 // lease that proves the executor alive, its end, and the cancellations
 // and input clients send it. Its scripts are beside the methods that run
 // them.
-type Runs struct {
-	*base
-	limits *Limits // a client's active runs and run seconds, counted as runs start and end
-}
+type Runs struct{ *base }
 
 // Events are stored as JSON objects without their seq; the scripts number
 // them under the run's lock-free HINCRBY and splice the seq in front, so seq
@@ -35,51 +32,76 @@ type Runs struct {
 // createScript records a new run and its queued event, and admits it to
 // its conversation: runs of a conversation execute one at a time, in
 // order, so only the conversation's head is enqueued; the others wait in
-// its pending list until the head ends. A parallel run (ARGV[9] "1") takes
-// no part in the order: it is enqueued at once, and noted in the set of
-// parallel runs not yet claimed (KEYS[9]) for the sweep to enqueue again
-// should its enqueueing be lost.
+// its pending list until the head ends. A head is enqueued when its
+// client's turn allows, else it waits in its client's ready set
+// (admissionLua's head). A parallel run (ARGV[9] "1") takes no part in
+// the order: it is enqueued at once, and noted in the set of parallel
+// runs not yet claimed (KEYS[9]) for the sweep to enqueue again should
+// its enqueueing be lost. Nothing is written for a run past its client's
+// bounds (admissionLua's room, and its seconds of the day).
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] the conversation's runs,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
 // KEYS[6] conversations with a head, KEYS[7] the client's recent runs,
 // KEYS[8] the idempotency key (ignored when ARGV[8] is ""),
-// KEYS[9] parallel runs not yet claimed
+// KEYS[9] parallel runs not yet claimed, KEYS[10] the client's runs
+// queued or running, KEYS[11] the client's bounds
 // ARGV[1] run id, ARGV[2] created (unix ms), ARGV[3] channel, ARGV[4] ttl (s),
 // ARGV[5] queued event, ARGV[6] most runs waiting per conversation,
 // ARGV[7] conversation id, ARGV[8] idempotency: "" or "1",
-// ARGV[9] parallel: "" or "1", ARGV[10..] field/value pairs of the run hash.
-// Returns {"enqueue"}, {"wait"}, {"busy"}, or {"exists", run id} when the
-// idempotency key was used before.
-var createScript = redis.NewScript(`
+// ARGV[9] parallel: "" or "1", ARGV[10] key prefix, ARGV[11] client,
+// ARGV[12] the bytes the run holds, ARGV[13..16] the client's bounds
+// (most runs and bytes queued, concurrent runs, seconds a day),
+// ARGV[17] today (the seconds' key suffix), ARGV[18] the seconds the
+// run reserves, ARGV[19] when it stops counting as active should its
+// end be lost (unix ms), ARGV[20..] field/value pairs of the run hash.
+// Returns {"enqueue"}, {"ready"}, {"wait"}, {"busy"}, {"exists", run id}
+// when the idempotency key was used before, or a refusal: {"full", what,
+// have, limit} or {"seconds", used and reserved, asked}.
+var createScript = redis.NewScript(admissionLua + `
 if ARGV[8] ~= '' then
   local prev = redis.call('GET', KEYS[8])
   if prev then return {'exists', prev} end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ARGV[1]} end
 if ARGV[9] == '' and redis.call('LLEN', KEYS[5]) >= tonumber(ARGV[6]) then return {'busy'} end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 10))
+local p, c, id, ttl, now = ARGV[10], ARGV[11], ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[2])
+local full = room(p, c, 1, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+if full then return full end
+local perDay, secs = tonumber(ARGV[16]), tonumber(ARGV[18])
+if perDay > 0 then
+  local used, reserved = secondsLeft(p, c, ARGV[17])
+  if used + reserved + secs > perDay then return {'seconds', tostring(used + reserved), tostring(secs)} end
+  reserve(p, c, id, secs, ttl)
+end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'seq', 1, unpack(ARGV, 20))
 local ev = '{"seq":1,' .. string.sub(ARGV[5], 2)
 redis.call('RPUSH', KEYS[2], ev)
 redis.call('PUBLISH', ARGV[3], ev)
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], now, id)
+redis.call('ZADD', KEYS[7], now, id)
 redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -1001)
-redis.call('EXPIRE', KEYS[7], ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-redis.call('EXPIRE', KEYS[3], ARGV[4])
-if ARGV[8] ~= '' then redis.call('SET', KEYS[8], ARGV[1], 'EX', ARGV[4]) end
+redis.call('EXPIRE', KEYS[7], ttl)
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
+redis.call('EXPIRE', KEYS[3], ttl)
+if ARGV[8] ~= '' then redis.call('SET', KEYS[8], id, 'EX', ttl) end
+queue(p, c, id, tonumber(ARGV[12]), ttl)
+redis.call('ZADD', KEYS[10], ARGV[19], id)
+redis.call('PEXPIREAT', KEYS[10], ARGV[19])
+redis.call('HSET', KEYS[11], 'concurrent', ARGV[15])
+redis.call('EXPIRE', KEYS[11], ttl)
 if ARGV[9] ~= '' then
-  redis.call('ZADD', KEYS[9], ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[9], now, id)
   return {'enqueue'}
 end
-if redis.call('SET', KEYS[4], ARGV[1], 'NX') then
+if redis.call('SET', KEYS[4], id, 'NX') then
   redis.call('SADD', KEYS[6], ARGV[7])
-  return {'enqueue'}
+  if head(p, c, id, now, ttl) then return {'enqueue'} end
+  return {'ready'}
 end
-redis.call('RPUSH', KEYS[5], ARGV[1])
-redis.call('EXPIRE', KEYS[5], ARGV[4])
+redis.call('RPUSH', KEYS[5], id)
+redis.call('EXPIRE', KEYS[5], ttl)
 return {'wait'}
 `)
 
@@ -89,11 +111,17 @@ return {'wait'}
 // pending run becomes the head; if it was waiting, it leaves the list; and
 // it leaves the conversation's live runs (KEYS[7]). A run that detaches
 // (ARGV[9] is "d") moves its conversation on the same way but stays live.
+// A conversation's new head is enqueued when its client's turn allows
+// (admissionLua's head).
 //
 // A run that reaches a final status from a live one is told of: its
 // webhook, if it has a callback, is written to the outbox (notifyLua), and
 // its batch, if it has one, counts it (batchEndLua) — in this script, so
-// that whoever ends a run cannot end it without them.
+// that whoever ends a run cannot end it without them. It leaves its
+// client's counts (admissionLua: its queue, its turn, its reservation,
+// its runs queued or running), its seconds count on its client's day, and
+// its spec, read no more, is dropped; what it leaves may let its client's
+// next ready heads go.
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
 // KEYS[4] the conversation's head, KEYS[5] its pending list,
@@ -106,17 +134,21 @@ return {'wait'}
 // ARGV[5] lease length (ms) for "set"
 // ARGV[6] channel, ARGV[7] ttl (s), ARGV[8] conversation id,
 // ARGV[9] "1" when the run ends, "d" when it detaches, else ""
-// ARGV[10] "1" when the new status is final, ARGV[11] key prefix
-// ARGV[12] n, the number of field/value pairs that follow
-// ARGV[13 .. 12+2n] field/value pairs; ARGV[13+2n ..] events
-// Returns {1, last seq, next head or ""} or {0, current status} when nothing
-// was done.
-var transitionScript = redis.NewScript(notifyLua + batchEndLua + `
-local status = redis.call('HGET', KEYS[1], 'status')
+// ARGV[10] "1" when the new status is final, ARGV[11] key prefix,
+// ARGV[12] the seconds the run took, ARGV[13] today (the seconds' key
+// suffix)
+// ARGV[14] n, the number of field/value pairs that follow
+// ARGV[15 .. 14+2n] field/value pairs; ARGV[15+2n ..] events
+// Returns {1, last seq, runs to enqueue...} or {0, current status} when
+// nothing was done.
+var transitionScript = redis.NewScript(notifyLua + batchEndLua + admissionLua + `
+local f = redis.call('HMGET', KEYS[1], 'status', 'client', 'callback', 'batch')
+local status, client = f[1], f[2] or 'default'
 if not status then return {0, ''} end
 if ARGV[2] ~= '' and not string.find(' ' .. ARGV[2] .. ' ', ' ' .. status .. ' ', 1, true) then
   return {0, status}
 end
+local p, ttl = ARGV[11], tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[4] == 'expired' then
@@ -129,36 +161,46 @@ elseif ARGV[4] == 'del' then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'status', ARGV[3]) end
-local n = tonumber(ARGV[12])
+local n = tonumber(ARGV[14])
 for i = 0, n - 1 do
-  redis.call('HSET', KEYS[1], ARGV[13 + 2 * i], ARGV[14 + 2 * i])
+  redis.call('HSET', KEYS[1], ARGV[15 + 2 * i], ARGV[16 + 2 * i])
 end
+local out = {}
 if ARGV[10] == '1' and (status == 'queued' or status == 'running') then
-  local f = redis.call('HMGET', KEYS[1], 'callback', 'client', 'batch')
-  if f[1] then notify(ARGV[11], ARGV[1], 'completed', 'run.completed', f[1], f[2] or '', now, ARGV[7]) end
-  if f[3] then batchEnded(ARGV[11], f[3], status, ARGV[3], now, ARGV[7]) end
+  if f[3] then notify(p, ARGV[1], 'completed', 'run.completed', f[3], client, now, ARGV[7]) end
+  if f[4] then batchEnded(p, f[4], status, ARGV[3], now, ARGV[7]) end
+  forget(p, client, ARGV[1])
+  unreserve(p, client, ARGV[1])
+  redis.call('ZREM', ckey(p, client, 'active'), ARGV[1])
+  local secs = tonumber(ARGV[12])
+  if secs > 0 then
+    local day = ckey(p, client, 'runsec:' .. ARGV[13])
+    redis.call('INCRBY', day, secs)
+    redis.call('EXPIRE', day, 172800)
+  end
+  redis.call('HDEL', KEYS[1], 'spec')
+  release(p, client, now, ttl, out)
 end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
-for i = 13 + 2 * n, #ARGV do
+for i = 15 + 2 * n, #ARGV do
   seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
   local ev = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2)
   redis.call('RPUSH', KEYS[2], ev)
   redis.call('PUBLISH', ARGV[6], ev)
 end
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-redis.call('EXPIRE', KEYS[2], ARGV[7])
-local nextRun = ''
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
 if ARGV[9] == '1' then
   redis.call('HDEL', KEYS[7], ARGV[1])
   if redis.call('HLEN', KEYS[7]) <= 1 then redis.call('DEL', KEYS[7]) end
 end
 if ARGV[9] ~= '' then
   if redis.call('GET', KEYS[4]) == ARGV[1] then
-    nextRun = redis.call('LPOP', KEYS[5])
+    local nextRun = redis.call('LPOP', KEYS[5])
     if nextRun then
       redis.call('SET', KEYS[4], nextRun)
+      if head(p, client, nextRun, now, ttl) then table.insert(out, 1, nextRun) end
     else
-      nextRun = ''
       redis.call('DEL', KEYS[4])
       redis.call('SREM', KEYS[6], ARGV[8])
     end
@@ -166,7 +208,9 @@ if ARGV[9] ~= '' then
     redis.call('LREM', KEYS[5], 0, ARGV[1])
   end
 end
-return {1, seq, nextRun}
+local reply = {1, seq}
+for _, id in ipairs(out) do table.insert(reply, id) end
+return reply
 `)
 
 // claimScript marks a queued run as running on an executor, with a lease,
@@ -184,7 +228,9 @@ return {1, seq, nextRun}
 // what to run, from the reply, without reading the run first.
 //
 // A run of a batch counts as running in it from here; a run whose client
-// asked to be told of starts has its webhook written (notifyLua).
+// asked to be told of starts has its webhook written (notifyLua). The run
+// leaves its client's queue and turn (admissionLua's forget), which may
+// let the client's next ready heads go.
 //
 // KEYS[1] run hash, KEYS[2] event log, KEYS[3] leases,
 // KEYS[4] parallel runs not yet claimed
@@ -192,10 +238,10 @@ return {1, seq, nextRun}
 // ARGV[5] ttl (s), ARGV[6] started event, ARGV[7] started (unix ms),
 // ARGV[8] prefix of executors' heartbeat keys, ARGV[9] owner ttl (ms, 0:
 // none), ARGV[10] key prefix
-// Returns {1, seq, spec}, {0, current status} when the run is not queued
-// (empty when there is none), or {2, executor, spec} when the conversation's
-// runs live on that executor.
-var claimScript = redis.NewScript(notifyLua + `
+// Returns {1, seq, spec, runs to enqueue...}, {0, current status} when the
+// run is not queued (empty when there is none), or {2, executor, spec}
+// when the conversation's runs live on that executor.
+var claimScript = redis.NewScript(notifyLua + admissionLua + `
 local f = redis.call('HMGET', KEYS[1], 'status', 'conversation', 'spec', 'batch', 'callback', 'notify_started', 'client')
 local status, spec = f[1], f[3] or ''
 if not status then return {0, ''} end
@@ -234,7 +280,13 @@ redis.call('RPUSH', KEYS[2], ev)
 redis.call('PUBLISH', ARGV[4], ev)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-return {1, seq, spec}
+local reply = {1, seq, spec}
+local client = f[7] or 'default'
+forget(ARGV[10], client, ARGV[1])
+local out = {}
+release(ARGV[10], client, now, tonumber(ARGV[5]), out)
+for _, id in ipairs(out) do table.insert(reply, id) end
+return reply
 `)
 
 // advanceScript moves a conversation past a head that ended without going
@@ -243,15 +295,19 @@ return {1, seq, spec}
 //
 // KEYS[1] the conversation's head, KEYS[2] its pending list,
 // KEYS[3] conversations with a head
-// ARGV[1] the head that ended, ARGV[2] conversation id
-// Returns the new head, or "" when the conversation is idle or its head
-// was not ARGV[1].
-var advanceScript = redis.NewScript(`
+// ARGV[1] the head that ended, ARGV[2] conversation id, ARGV[3] key
+// prefix, ARGV[4] now (unix ms), ARGV[5] ttl (s)
+// Returns the new head when it is to be enqueued now (its client's turn,
+// admissionLua's head), or "" when the conversation is idle, its head was
+// not ARGV[1], or its new head waits its client's turn.
+var advanceScript = redis.NewScript(admissionLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return '' end
 local nextRun = redis.call('LPOP', KEYS[2])
 if nextRun then
   redis.call('SET', KEYS[1], nextRun)
-  return nextRun
+  local c = redis.call('HGET', ARGV[3] .. 'run:{' .. nextRun .. '}', 'client') or 'default'
+  if head(ARGV[3], c, nextRun, tonumber(ARGV[4]), ARGV[5]) then return nextRun end
+  return ''
 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[3], ARGV[2])
@@ -285,7 +341,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 `)
 
-// conversation. With runbox.AdmitExists, the returned id is the earlier run's.
+// CreateRun records a new run, with its queued event, and admits it to its
+// conversation (see createScript), or refuses it: busy past its
+// conversation's waiting runs or its client's queue, quota_exceeded past
+// its client's seconds of the day. With runbox.AdmitExists, the returned
+// id is the earlier run's.
 func (s *Runs) CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admission, string, error) {
 	run := nr.Run
 	ev, err := eventBody(runbox.Event{TS: run.CreatedAt, Type: runbox.EventQueued})
@@ -308,8 +368,11 @@ func (s *Runs) CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admissio
 	}
 	client := cmp.Or(nr.Client, runbox.DefaultClient)
 	args := []any{run.ID, created, keys.Channel(run.ID), s.ttlSeconds(), ev, max(nr.MaxWaiting, 1), cid, idem, parallel,
+		prefix, client, len(spec) + recordOverhead}
+	args = append(args, boundsArgs(nr.Bounds)...)
+	args = append(args, dayKey(s.now()), nr.Spec.TimeoutSeconds, run.CreatedAt.Add(activeRunHorizon).UnixMilli(),
 		"id", run.ID, "conversation", cid, "language", run.Language,
-		"created", created, "interactive", boolField(run.Interactive), specField, string(spec), "client", client}
+		"created", created, "interactive", boolField(run.Interactive), specField, string(spec), "client", client)
 	if cb := nr.Callback; cb.URL != "" {
 		args = append(args, "callback", cb.URL)
 		if cb.Started {
@@ -319,26 +382,24 @@ func (s *Runs) CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admissio
 	res, err := createScript.Run(ctx, s.rdb, []string{
 		keys.Run(run.ID), keys.Events(run.ID), conversationRunsKey(cid), conversationHeadKey(cid),
 		conversationPendingKey(cid), busyConvsKey, clientRunsKey(client), idemKey,
-		parallelKey,
+		parallelKey, activeRunsKey(client), boundsKey(client),
 	}, args...).StringSlice()
 	if err != nil {
 		return 0, "", fmt.Errorf("create run: %w", err)
 	}
 	switch res[0] {
-	case "enqueue", "wait":
-		if err := s.limits.runStarted(ctx, cid, run.ID); err != nil {
-			return 0, "", fmt.Errorf("create run: %w", err)
-		}
-		if res[0] == "wait" {
-			return runbox.AdmitWait, run.ID, nil
-		}
+	case "enqueue":
 		return runbox.AdmitEnqueue, run.ID, nil
+	case "ready":
+		return runbox.AdmitReady, run.ID, nil
+	case "wait":
+		return runbox.AdmitWait, run.ID, nil
 	case "exists":
 		return runbox.AdmitExists, res[1], nil
 	case "busy":
 		return 0, "", runbox.ErrBusy
 	}
-	return 0, "", fmt.Errorf("create run: unexpected reply %v", res)
+	return 0, "", refusal(res, nr.Bounds)
 }
 
 // Spec returns what a run was asked to do.
@@ -370,6 +431,9 @@ type Transition struct {
 	// Detach moves the conversation on to its next run although the run
 	// goes on (see Detach).
 	Detach bool
+	// Took is how long the run ran, counted on its client's day when To
+	// is final.
+	Took time.Duration
 }
 
 // Apply carries out t atomically.
@@ -391,8 +455,9 @@ func (s *Runs) Apply(ctx context.Context, id string, t Transition, lease time.Du
 	if t.To != "" && t.To.Final() {
 		final = "1"
 	}
+	secs := int64((t.Took + time.Second - 1) / time.Second)
 	args := []any{id, strings.Join(from, " "), string(t.To), op, lease.Milliseconds(),
-		keys.Channel(id), s.ttlSeconds(), t.Conversation, ends, final, prefix, len(t.Fields)}
+		keys.Channel(id), s.ttlSeconds(), t.Conversation, ends, final, prefix, secs, dayKey(s.now()), len(t.Fields)}
 	for k, v := range t.Fields {
 		args = append(args, k, v)
 	}
@@ -413,11 +478,7 @@ func (s *Runs) Apply(ctx context.Context, id string, t Transition, lease time.Du
 		return runbox.Applied{}, fmt.Errorf("update run %s: unexpected reply %v", id, res)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
-		a := runbox.Applied{Done: true}
-		if len(res) == 3 {
-			a.Next, _ = res[2].(string)
-		}
-		return a, nil
+		return runbox.Applied{Done: true, Dispatch: replyIDs(res[2:])}, nil
 	}
 	st, _ := res[1].(string)
 	if st == "" {
@@ -469,6 +530,7 @@ func (s *Runs) ClaimFor(ctx context.Context, id, executor string, lease, ownerTT
 	var spec string
 	if len(res) > 2 {
 		spec, _ = res[2].(string)
+		c.Dispatch = replyIDs(res[3:])
 	}
 	if err := json.Unmarshal([]byte(spec), &c.Spec); err != nil {
 		// Claimed all the same, with what to run unknown: its lease
@@ -481,8 +543,9 @@ func (s *Runs) ClaimFor(ctx context.Context, id, executor string, lease, ownerTT
 // Detach records that a running run has left its conversation's order
 // (its program runs on, holding no place in it): the conversation's next
 // run may start beside it. It logs a detached event and returns the run
-// that now heads the conversation, to be enqueued ("" if none).
-func (s *Runs) Detach(ctx context.Context, id, cid string) (string, error) {
+// that now heads the conversation if it is to be enqueued (none while it
+// waits its client's turn).
+func (s *Runs) Detach(ctx context.Context, id, cid string) ([]string, error) {
 	a, err := s.Apply(ctx, id, Transition{
 		From:         []runbox.Status{runbox.StatusRunning},
 		Fields:       map[string]string{"detached": "1"},
@@ -491,12 +554,12 @@ func (s *Runs) Detach(ctx context.Context, id, cid string) (string, error) {
 		Detach:       true,
 	}, 0)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if !a.Done {
-		return "", fmt.Errorf("detach run %s: run is %s", id, a.Status)
+		return nil, fmt.Errorf("detach run %s: run is %s", id, a.Status)
 	}
-	return a.Next, nil
+	return a.Dispatch, nil
 }
 
 // StaleParallel returns parallel runs created before cutoff that no
@@ -548,25 +611,19 @@ func (s *Runs) Finish(ctx context.Context, id string, e runbox.Ending) (runbox.A
 	}
 	now := s.now()
 	evs := append(slices.Clip(e.Events), runbox.Event{TS: now, Type: runbox.EventDone})
-	a, err := s.Apply(ctx, id, Transition{
+	var took time.Duration
+	if e.Result != nil {
+		took = time.Duration(e.Result.DurationMS) * time.Millisecond
+	}
+	return s.Apply(ctx, id, Transition{
 		From:         e.From,
 		To:           e.Status,
 		Lease:        e.Lease,
 		Fields:       map[string]string{"result": string(b), "finished": strconv.FormatInt(now.UnixMilli(), 10)},
 		Events:       evs,
 		Conversation: e.Conversation,
+		Took:         took,
 	}, 0)
-	if err == nil && a.Done && e.Conversation != "" {
-		took := time.Duration(0)
-		if e.Result != nil {
-			took = time.Duration(e.Result.DurationMS) * time.Millisecond
-		}
-		// Should this fail, the run has still ended: it leaves its
-		// client's active runs at its horizon, and the sweep lets in
-		// what waits in its gate.
-		_ = s.limits.runEnded(ctx, e.Conversation, id, took)
-	}
-	return a, err
 }
 
 // Run returns a run's record.
@@ -715,11 +772,12 @@ func (s *Runs) Heads(ctx context.Context) ([]runbox.ConversationHead, error) {
 }
 
 // Advance moves a conversation past head, which ended, and returns the run
-// that heads it now ("" if none). It does nothing if head is not the head.
+// that heads it now if it is to be enqueued ("" if none, or while it waits
+// its client's turn). It does nothing if head is not the head.
 func (s *Runs) Advance(ctx context.Context, h runbox.ConversationHead) (string, error) {
 	next, err := advanceScript.Run(ctx, s.rdb, []string{
 		conversationHeadKey(h.Conversation), conversationPendingKey(h.Conversation), busyConvsKey,
-	}, h.Run, h.Conversation).Text()
+	}, h.Run, h.Conversation, prefix, s.now().UnixMilli(), s.ttlSeconds()).Text()
 	if err != nil {
 		return "", fmt.Errorf("advance conversation %s: %w", h.Conversation, err)
 	}

@@ -171,12 +171,12 @@ func TestConversationOrder(t *testing.T) {
 			t.Fatalf("fourth waiting run: %v, want busy", err)
 		}
 		// c is cancelled while waiting: it leaves the line.
-		if a := finish(t, s, "c", "conv", runbox.StatusQueued); !a.Done || a.Next != "" {
+		if a := finish(t, s, "c", "conv", runbox.StatusQueued); !a.Done || len(a.Dispatch) != 0 {
 			t.Fatalf("cancel of a waiting run: %+v", a)
 		}
 		s.Claim(ctx, "a", "ex", time.Minute)
-		if a := finish(t, s, "a", "conv", runbox.StatusRunning); a.Next != "b" {
-			t.Fatalf("after a: next %q, want b", a.Next)
+		if a := finish(t, s, "a", "conv", runbox.StatusRunning); fmt.Sprint(a.Dispatch) != "[b]" {
+			t.Fatalf("after a: dispatch %v, want [b]", a.Dispatch)
 		}
 		heads, _ := s.Heads(ctx)
 		if len(heads) != 2 {
@@ -191,7 +191,7 @@ func TestConversationOrder(t *testing.T) {
 		if next, _ := s.Advance(ctx, runbox.ConversationHead{Conversation: "conv", Run: "b"}); next != "" {
 			t.Errorf("second Advance past b: %q", next)
 		}
-		if a := finish(t, s, "d", "conv", runbox.StatusQueued); !a.Done || a.Next != "" {
+		if a := finish(t, s, "d", "conv", runbox.StatusQueued); !a.Done || len(a.Dispatch) != 0 {
 			t.Fatalf("after d: %+v", a)
 		}
 		if adm := newRunIn(t, s, "f", "conv"); adm != runbox.AdmitEnqueue {

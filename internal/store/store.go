@@ -66,17 +66,16 @@ type Store struct {
 // New returns a Store on c.
 func New(c *Conn) *Store {
 	b := &base{conn: c, rdb: c.rdb, retention: DefaultRetention, now: time.Now}
-	batches := &Batches{b}
-	limits := &Limits{base: b, rate: redis_rate.NewLimiter(c.rdb), batches: batches}
+	limits := &Limits{base: b, rate: redis_rate.NewLimiter(c.rdb)}
 	return &Store{
 		base:          b,
-		Runs:          &Runs{base: b, limits: limits},
+		Runs:          &Runs{b},
 		Conversations: &Conversations{b},
 		Executors:     &Executors{b},
 		Sessions:      &Sessions{b},
 		Limits:        limits,
 		Webhooks:      &Webhooks{b},
-		Batches:       batches,
+		Batches:       &Batches{b},
 		Git:           &Git{b},
 		Previews:      &Previews{b},
 		Projects:      &Projects{b},

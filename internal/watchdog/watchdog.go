@@ -47,8 +47,8 @@ type Runs interface {
 
 // Scheduler moves conversations on (*queue.Scheduler).
 type Scheduler interface {
-	// Enqueue queues a run that heads its conversation; "" is nothing.
-	Enqueue(ctx context.Context, id string) error
+	// Enqueue queues runs that head their conversations, their turn come.
+	Enqueue(ctx context.Context, ids ...string) error
 	// Sweep moves on the conversations whose head ended.
 	Sweep(ctx context.Context)
 }
@@ -134,5 +134,5 @@ func (w *Watchdog) end(ctx context.Context, id string) error {
 		executor, _ := w.store.Executor(ctx, id)
 		w.log.Warn("ended a run whose executor stopped", "run", id, "executor", executor)
 	}
-	return w.sched.Enqueue(ctx, a.Next)
+	return w.sched.Enqueue(ctx, a.Dispatch...)
 }
