@@ -245,7 +245,9 @@ clients:
 // CI runs 10 × 100; -batch-runs=1000 runs the 10,000.
 func TestBatchLoad(t *testing.T) {
 	metricsPort := testenv.FreePort(t)
-	s := start(t, options{env: []string{"EXECUTOR_METRICS_ADDR=127.0.0.1:" + strconv.Itoa(metricsPort)}})
+	// Ten batches share sixteen conversations: up to 63 runs wait in one.
+	s := start(t, options{env: []string{"EXECUTOR_METRICS_ADDR=127.0.0.1:" + strconv.Itoa(metricsPort),
+		"SANDBOX_MAX_QUEUED_PER_CONVERSATION=" + strconv.Itoa(*batchRuns*10/16+1)}})
 	per := *batchRuns
 	const batches, conversations = 10, 16
 	began := time.Now()
