@@ -224,7 +224,8 @@ func unscrubbableUpgrade(req *http.Request) string {
 	if !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
 		return ""
 	}
-	if up := req.Header.Get("Upgrade"); !strings.EqualFold(up, "websocket") {
+	// As httputil reads it: an empty Upgrade asks for none.
+	if up := req.Header.Get("Upgrade"); up != "" && !strings.EqualFold(up, "websocket") {
 		return fmt.Sprintf("an upgrade to %q: the proxy carries only WebSocket to a secret's domain, whose stream it can scrub", cut(up))
 	}
 	return ""

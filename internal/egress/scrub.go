@@ -70,13 +70,16 @@ type redaction struct {
 	longest int
 }
 
-type pair struct{ form, placeholder []byte }
+type pair struct {
+	form, placeholder []byte
+	lower             []byte // form in lower case, for header names
+}
 
 func newRedaction(ss []Secret) *redaction {
 	rd := &redaction{}
 	for _, s := range ss {
 		for _, f := range forms(s.Value) {
-			rd.pairs = append(rd.pairs, pair{[]byte(f), []byte(s.Placeholder())})
+			rd.pairs = append(rd.pairs, pair{form: []byte(f), placeholder: []byte(s.Placeholder()), lower: []byte(strings.ToLower(f))})
 			rd.longest = max(rd.longest, len(f))
 		}
 	}
@@ -95,7 +98,7 @@ func (rd *redaction) replace(b []byte) []byte {
 func (rd *redaction) header(h http.Header) {
 	for name, values := range h {
 		lower := []byte(strings.ToLower(name))
-		if slices.ContainsFunc(rd.pairs, func(p pair) bool { return bytes.Contains(lower, bytes.ToLower(p.form)) }) {
+		if slices.ContainsFunc(rd.pairs, func(p pair) bool { return bytes.Contains(lower, p.lower) }) {
 			delete(h, name)
 			continue
 		}
