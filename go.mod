@@ -12,6 +12,7 @@ require (
 	github.com/go-git/go-billy/v5 v5.9.2
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/gobwas/ws v1.5.0
 	github.com/goccy/go-yaml v1.19.2
 	github.com/google/go-github/v84 v84.0.0
 	github.com/google/jsonschema-go v0.4.3
@@ -92,6 +93,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-querystring v1.2.0 // indirect

@@ -14,8 +14,11 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -32,9 +35,10 @@ import (
 // What decides is the CONNECT's name, which the policy checked: the
 // program's TLS server name must be that name, and so must every request's
 // Host (a request for another name on the connection is refused, 421).
-// Only HTTP/1.1 is offered (ALPN). WebSocket upgrades are carried, the
-// secrets in the upgrade request's header; what crosses the upgraded
-// stream is not scrubbed.
+// Only HTTP/1.1 is offered (ALPN). Answers are scrubbed (scrub.go);
+// interim ones are not passed on; the one upgrade carried is WebSocket,
+// the secrets in the upgrade request's header and the server's frames
+// scrubbed (websocket.go).
 
 // UseSecrets makes the run's requests to the secrets' domains carry them,
 // from now on; nil: none.
@@ -122,40 +126,22 @@ var errSNI = errors.New("the TLS server name is not the CONNECT's")
 func (r *Run) serveSecure(tc *tls.Conn, t target, ss []Secret) {
 	var handlers sync.WaitGroup
 	ln := &oneConn{c: tc, done: make(chan struct{})}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), r.p.idleTrace()))
-			pr.Out.URL.Scheme = "https"
-			pr.Out.URL.Host = net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
-			pr.Out.Host = pr.In.Host
-			// A compressed answer could not be scrubbed.
-			pr.Out.Header.Set("Accept-Encoding", "identity")
-			applySecrets(pr.Out.Header, ss)
-		},
-		Transport:      r.secureTransport(),
-		FlushInterval:  -1, // streamed answers (server-sent events) as they come
-		ModifyResponse: func(resp *http.Response) error { scrubResponse(resp, ss); return nil },
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			var ref *refusal
-			if errors.As(err, &ref) {
-				refuse(w, http.StatusForbidden, ref.reason)
-				return
-			}
-			refuse(w, http.StatusBadGateway, "could not reach "+t.host+": "+upstreamError(err))
-		},
-		ErrorLog: discardLog,
-	}
+	rp := r.secureProxy(t, ss)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			handlers.Add(1)
 			defer handlers.Done()
-			if reason := misdirected(req, t); reason != "" {
+			status, reason := http.StatusMisdirectedRequest, misdirected(req, t)
+			if reason == "" {
+				status, reason = http.StatusForbidden, unscrubbableUpgrade(req)
+			}
+			if reason != "" {
 				r.add(runbox.Egress{Host: t.host, Port: int(t.port), Reason: reason})
 				w.Header().Set("Connection", "close")
-				refuse(w, http.StatusMisdirectedRequest, reason)
+				refuse(w, status, reason)
 				return
 			}
-			rp.ServeHTTP(w, req)
+			rp.ServeHTTP(finalOnly{w}, req)
 		}),
 		ReadHeaderTimeout: r.p.s.IdleTimeout,
 		IdleTimeout:       r.p.s.IdleTimeout,
@@ -173,6 +159,49 @@ func (r *Run) serveSecure(tc *tls.Conn, t target, ss []Secret) {
 	handlers.Wait()
 }
 
+// secureProxy returns what sends the requests of a decrypted connection
+// to t on, with the secrets ss, and scrubs what comes back.
+func (r *Run) secureProxy(t target, ss []Secret) *httputil.ReverseProxy {
+	rd := newRedaction(ss)
+	record := func(reason string) { r.add(runbox.Egress{Host: t.host, Port: int(t.port), Reason: reason}) }
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), r.p.idleTrace()))
+			pr.Out.URL.Scheme = "https"
+			pr.Out.URL.Host = net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
+			pr.Out.Host = pr.In.Host
+			// A compressed answer, or WebSocket message, could not be
+			// scrubbed.
+			pr.Out.Header.Set("Accept-Encoding", "identity")
+			pr.Out.Header.Del("Sec-Websocket-Extensions")
+			applySecrets(pr.Out.Header, ss)
+		},
+		Transport:     r.secureTransport(),
+		FlushInterval: -1, // streamed answers (server-sent events) as they come
+		ModifyResponse: func(resp *http.Response) error {
+			return scrubResponse(resp, rd, func(why string) {
+				record("the WebSocket was ended at a frame the proxy cannot scrub: " + why)
+			})
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			var (
+				ref *refusal
+				un  *unscrubbable
+			)
+			switch {
+			case errors.As(err, &ref):
+				refuse(w, http.StatusForbidden, ref.reason)
+			case errors.As(err, &un):
+				record(un.reason)
+				refuse(w, http.StatusBadGateway, un.reason)
+			default:
+				refuse(w, http.StatusBadGateway, "could not reach "+t.host+": "+upstreamError(err))
+			}
+		},
+		ErrorLog: discardLog,
+	}
+}
+
 // misdirected says why a request on a connection to t is refused: it
 // names another host (or port) than the CONNECT did.
 func misdirected(req *http.Request, t target) string {
@@ -188,24 +217,84 @@ func misdirected(req *http.Request, t target) string {
 	return ""
 }
 
-// scrubResponse replaces each secret's value by its placeholder in what
-// a server answers: the header, and a body that is not compressed (the
-// request asked for none), with the trailers.
-func scrubResponse(resp *http.Response, ss []Secret) {
-	scrubHeader(resp.Header, ss)
-	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
-		return
+// unscrubbableUpgrade says why a request for an upgrade is refused: to
+// any protocol but WebSocket, whose stream the proxy could not scrub
+// (HTTP/2's, say, compresses headers).
+func unscrubbableUpgrade(req *http.Request) string {
+	if !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
+		return ""
 	}
-	switch resp.Header.Get("Content-Encoding") {
-	case "", "identity":
-	default:
-		return
+	// As httputil reads it: an empty Upgrade asks for none.
+	if up := req.Header.Get("Upgrade"); up != "" && !strings.EqualFold(up, "websocket") {
+		return fmt.Sprintf("an upgrade to %q: the proxy carries only WebSocket to a secret's domain, whose stream it can scrub", cut(up))
 	}
-	resp.Body = newScrubber(resp.Body, ss, func() { scrubHeader(resp.Trailer, ss) })
+	return ""
+}
+
+// scrubResponse replaces the forms of the secrets' values in what a
+// server answers: the header, and a body with its content coding undone,
+// with the trailers; a 101's stream (a WebSocket's), telling refused why
+// it ends one. An answer the proxy cannot scrub is an *unscrubbable
+// error.
+func scrubResponse(resp *http.Response, rd *redaction, refused func(string)) error {
+	rd.header(resp.Header)
+	rd.header(resp.Trailer) // their names, announced in the header
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return scrubUpgrade(resp, rd, refused)
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	body, err := decoded(resp)
+	if err != nil {
+		return err
+	}
+	resp.Body = newScrubber(body, rd, func() { rd.header(resp.Trailer) })
 	// Its length may change.
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
+	return nil
 }
+
+// scrubUpgrade makes a 101's stream a scrubbed WebSocket (websocket.go),
+// or refuses it: a 101 the program did not ask for (it asked for a
+// WebSocket or no upgrade at all: unscrubbableUpgrade), or with an
+// extension. Refused here, the server's connection is closed; httputil's
+// own check of the protocol would leave it open.
+func scrubUpgrade(resp *http.Response, rd *redaction, refused func(string)) error {
+	switch {
+	case resp.Request.Header.Get("Upgrade") == "" || !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
+		return &unscrubbable{fmt.Sprintf("the server switched to %q, not to the WebSocket asked for", cut(resp.Header.Get("Upgrade")))}
+	case resp.Header.Get("Sec-Websocket-Extensions") != "":
+		return &unscrubbable{"the server chose a WebSocket extension (compression, say) though offered none: its frames could not be scrubbed"}
+	}
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		return errors.New("a 101 whose stream cannot be written")
+	}
+	resp.Body = newWSScrubber(up, rd, refused)
+	// The reason phrase the program reads is net/http's own: httputil
+	// writes a 101's as the server sent it.
+	resp.Status = ""
+	return nil
+}
+
+// finalOnly is the program's side of a request to a secret's domain:
+// no interim (1xx) answer of the server's reaches it. 100 Continue comes
+// from the proxy's own server, as the request's body is read; the others
+// (103 Early Hints, 102 Processing) are advice a client goes without,
+// and one less path the value could take. A 101 is a final answer, and
+// written after a hijack, not here.
+type finalOnly struct{ http.ResponseWriter }
+
+func (w finalOnly) WriteHeader(code int) {
+	if code >= 100 && code <= 199 {
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w finalOnly) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // refuse answers a request the proxy will not carry, and says why.
 func refuse(w http.ResponseWriter, status int, reason string) {

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"compress/gzip"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,7 +15,9 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
@@ -126,9 +129,30 @@ func newSecretFixture(t testing.TB, change ...func(*Settings)) *secretFixture {
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sf.seen.add(r)
 		// A server that reflects what it was sent, as some do.
-		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		auth := r.Header.Get("Authorization")
+		var body io.Writer = w
+		switch r.URL.Path {
+		case "/hints":
+			// Early hints that reflect the request, after its body is
+			// read (for which the server sends 100 Continue first).
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Link", "</style.css>; rel=preload; title=\""+auth+"\"")
+			w.Header().Set("X-Echo", auth)
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+		case "/gzip":
+			// A server that compresses though asked not to.
+			w.Header().Set("Content-Encoding", "gzip")
+			gz := gzip.NewWriter(w)
+			defer gz.Close()
+			body = gz
+		case "/br":
+			// One that says it used a coding the proxy cannot undo.
+			w.Header().Set("Content-Encoding", "br")
+		}
+		w.Header().Set("X-Echo", auth)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"host": r.Host, "path": r.URL.String(), "header": r.Header})
+		json.NewEncoder(body).Encode(map[string]any{"host": r.Host, "path": r.URL.String(), "header": r.Header})
 	})
 	sf.api = upstream.serve(t, echo, "api.secret.test")
 	sf.other = upstream.serve(t, echo, "other.test")
@@ -150,23 +174,7 @@ func newSecretFixture(t testing.TB, change ...func(*Settings)) *secretFixture {
 		io.WriteString(w, "data: second\n\n")
 	}), "stream.secret.test")
 
-	sf.ws = upstream.serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "test" {
-			http.Error(w, "no upgrade", http.StatusBadRequest)
-			return
-		}
-		ok := r.Header.Get("Authorization") == "Bearer "+testValue
-		c, brw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\nauthorized %v\n", ok)
-		brw.Flush()
-		line, _ := brw.ReadString('\n')
-		fmt.Fprintf(brw, "echo %s", line)
-		brw.Flush()
-	}), "ws.secret.test")
+	sf.ws = upstream.serve(t, http.HandlerFunc(sf.websocket), "ws.secret.test")
 
 	sf.secrets = Secrets{
 		"svc": {Name: "svc", Value: testValue, Domains: mustPatterns("api.secret.test", "*.secret.test"), Header: "Authorization",
@@ -533,31 +541,6 @@ func TestSecretsUseTheRunsContext(t *testing.T) {
 	}
 }
 
-func TestSecretsUpgrade(t *testing.T) {
-	// A WebSocket-like upgrade to a secret's domain: the upgrade request
-	// carries the secret, and the upgraded stream flows both ways.
-	sf := newSecretFixture(t)
-	r := sf.openSecrets(t, []string{"svc"}, "ws.secret.test")
-	defer r.Close()
-	tc, err := sf.tlsThrough(t, "ws.secret.test", sf.ws, "ws.secret.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(tc, "GET /socket HTTP/1.1\r\nHost: ws.secret.test:%d\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", sf.ws)
-	br := bufio.NewReader(tc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("%v %v", resp, err)
-	}
-	if line, _ := br.ReadString('\n'); line != "authorized true\n" {
-		t.Errorf("%q", line)
-	}
-	io.WriteString(tc, "ping\n")
-	if line, _ := br.ReadString('\n'); line != "echo ping\n" {
-		t.Errorf("%q", line)
-	}
-}
-
 // BenchmarkSecretRequest measures a request to a secret's domain, on a
 // kept connection, against the same request through a tunnel.
 func BenchmarkSecretRequest(b *testing.B) {
@@ -604,5 +587,79 @@ func TestSecretsIdleCounted(t *testing.T) {
 	defer sf.mu.Unlock()
 	if sf.records[0].Host != "api.secret.test" || !slices.Equal(sf.records[0].Secrets, []string{"svc"}) {
 		t.Errorf("records %+v", sf.records)
+	}
+}
+
+func TestSecretsInterimAnswers(t *testing.T) {
+	// A server that answers 103 Early Hints echoing the secret's header
+	// before its final answer: the program reads no interim answer of the
+	// server's (100 Continue comes from the proxy itself), and the final
+	// one scrubbed.
+	sf := newSecretFixture(t)
+	r := sf.openSecrets(t, []string{"svc"}, "api.secret.test")
+	defer r.Close()
+	var (
+		mu      sync.Mutex
+		interim []string
+		got100  bool
+	)
+	trace := &httptrace.ClientTrace{
+		Got100Continue: func() { mu.Lock(); got100 = true; mu.Unlock() },
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			mu.Lock()
+			defer mu.Unlock()
+			interim = append(interim, fmt.Sprint(code, h))
+			return nil
+		},
+	}
+	c := sf.programClient()
+	c.Transport.(*http.Transport).ExpectContinueTimeout = time.Minute
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodPost,
+		fmt.Sprintf("https://api.secret.test:%d/hints", sf.api), strings.NewReader("a body"))
+	req.Header.Set("Expect", "100-continue")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if a := sf.seen.last(t).Header.Get("Authorization"); a != "Bearer "+testValue {
+		t.Fatalf("the server was sent %q", a)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range interim {
+		if strings.Contains(h, testValue) {
+			t.Errorf("an interim answer holds the value: %s", h)
+		}
+	}
+	if len(interim) != 1 || !strings.HasPrefix(interim[0], "100 ") || !got100 {
+		t.Errorf("interim answers %q (100 Continue: %v), want the proxy's 100 Continue alone", interim, got100)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Echo") != "Bearer "+Placeholder("svc") ||
+		strings.Contains(string(body), testValue) || resp.Header.Get("Link") != "" {
+		t.Errorf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+}
+
+func TestSecretsCompressedAnswer(t *testing.T) {
+	// A server that compresses its answer though the proxy asked for
+	// none: a coding the proxy can undo (gzip) is undone and scrubbed, any
+	// other refused.
+	sf := newSecretFixture(t)
+	r := sf.openSecrets(t, []string{"svc"}, "api.secret.test")
+	c := sf.programClient()
+	resp, body := get(t, c, fmt.Sprintf("https://api.secret.test:%d/gzip", sf.api), nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || resp.Uncompressed ||
+		strings.Contains(body, testValue) || !strings.Contains(body, "Bearer "+Placeholder("svc")) {
+		t.Errorf("gzip: %d %v (uncompressed by the client: %v) %s", resp.StatusCode, resp.Header, resp.Uncompressed, body)
+	}
+	resp, body = get(t, c, fmt.Sprintf("https://api.secret.test:%d/br", sf.api), nil)
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, testValue) || !strings.Contains(body, "br") {
+		t.Errorf("br: %d %s", resp.StatusCode, body)
+	}
+	c.CloseIdleConnections()
+	if recs := r.Close(); !slices.ContainsFunc(recs, func(e runbox.Egress) bool { return strings.Contains(e.Reason, `coding "br"`) }) {
+		t.Errorf("records %+v", recs)
 	}
 }

@@ -1,9 +1,7 @@
 package egress
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,9 +21,9 @@ import (
 // decrypts for that (mitm.go), and replaces the placeholder by the value
 // wherever the program put it in a header of such a request. Nothing else
 // carries the value: not a request to any other name (it keeps the
-// placeholder), not a URL or a body, not plain HTTP, and not the response
-// the program gets back, from which every literal occurrence of the value
-// is replaced by the placeholder.
+// placeholder), not a URL or a body, not plain HTTP, and not the answers
+// the program gets back, from which every form of the value is replaced
+// by the placeholder (scrub.go).
 
 // Secret is one of the operator's secrets.
 type Secret struct {
@@ -282,112 +280,4 @@ func applySecrets(h http.Header, ss []Secret) {
 	for _, s := range ss {
 		h.Set(s.Header, s.headerValue())
 	}
-}
-
-// scrubHeader replaces each secret's value by its placeholder in every
-// value of h.
-func scrubHeader(h http.Header, ss []Secret) {
-	for name, values := range h {
-		for i, v := range values {
-			for _, s := range ss {
-				v = strings.ReplaceAll(v, s.Value, s.Placeholder())
-			}
-			h[name][i] = v
-		}
-	}
-}
-
-// scrubber reads a body with each secret's value replaced by its
-// placeholder. It holds back no more than it must: the end of what it
-// read that could be the start of a value, until the next read tells.
-type scrubber struct {
-	r     io.ReadCloser
-	pairs [][2][]byte // value, placeholder
-	// longest is the longest value's length.
-	longest int
-	buf     []byte
-	pending []byte // read, not yet scrubbed (a possible start of a value)
-	out     []byte // scrubbed, not yet returned
-	err     error
-	// atEOF is called once the body ended, before its end is returned
-	// (trailers are read by then).
-	atEOF func()
-}
-
-// scrubBufferSize is what one read of a scrubbed body asks for.
-const scrubBufferSize = 32 << 10
-
-func newScrubber(r io.ReadCloser, ss []Secret, atEOF func()) *scrubber {
-	s := &scrubber{r: r, buf: make([]byte, scrubBufferSize), atEOF: atEOF}
-	for _, sec := range ss {
-		s.pairs = append(s.pairs, [2][]byte{[]byte(sec.Value), []byte(sec.Placeholder())})
-		s.longest = max(s.longest, len(sec.Value))
-	}
-	return s
-}
-
-func (s *scrubber) Read(p []byte) (int, error) {
-	for len(s.out) == 0 && s.err == nil {
-		n, err := s.r.Read(s.buf)
-		s.pending = append(s.pending, s.buf[:n]...)
-		if err != nil {
-			s.err = err
-			if s.atEOF != nil {
-				s.atEOF()
-			}
-		}
-		s.scrub(err != nil)
-	}
-	if len(s.out) > 0 {
-		n := copy(p, s.out)
-		s.out = s.out[n:]
-		return n, nil
-	}
-	return 0, s.err
-}
-
-func (s *scrubber) Close() error { return s.r.Close() }
-
-// scrub moves what of pending is known into out, values replaced (the
-// leftmost first, the longest of those starting there); all of it when
-// final.
-func (s *scrubber) scrub(final bool) {
-	data := s.pending
-	for {
-		at, k := -1, 0
-		for i, pr := range s.pairs {
-			if j := bytes.Index(data, pr[0]); j >= 0 && (at < 0 || j < at || j == at && len(pr[0]) > len(s.pairs[k][0])) {
-				at, k = j, i
-			}
-		}
-		// A value that may start at or before it, and the next read
-		// complete, decides first.
-		if p := s.partial(data); !final && p >= 0 && (at < 0 || p <= at) {
-			s.out = append(s.out, data[:p]...)
-			s.pending = bytes.Clone(data[p:])
-			return
-		}
-		if at < 0 {
-			break
-		}
-		s.out = append(s.out, data[:at]...)
-		s.out = append(s.out, s.pairs[k][1]...)
-		data = data[at+len(s.pairs[k][0]):]
-	}
-	s.out = append(s.out, data...)
-	s.pending = nil
-}
-
-// partial returns where the longest end of data that is the start of a
-// longer value begins, or -1.
-func (s *scrubber) partial(data []byte) int {
-	for l := min(len(data), s.longest-1); l > 0; l-- {
-		tail := data[len(data)-l:]
-		for _, pr := range s.pairs {
-			if len(pr[0]) > l && bytes.HasPrefix(pr[0], tail) {
-				return len(data) - l
-			}
-		}
-	}
-	return -1
 }

@@ -2,8 +2,12 @@ package egress
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"html"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,20 +122,20 @@ func TestApplySecrets(t *testing.T) {
 			t.Errorf("%s: %q, want %q", k, h[k], v)
 		}
 	}
-	scrubHeader(h, []Secret{svc, key})
+	newRedaction([]Secret{svc, key}).header(h)
 	if c := h.Get("Cookie"); c != "a="+svc.Placeholder()+"; b="+key.Placeholder() {
 		t.Errorf("scrubbed %q", c)
 	}
 }
 
-// scrubRef is what scrubbing must give: each value replaced, leftmost
+// scrubRef is what scrubbing must give: each form replaced, leftmost
 // first, the longest of those starting at the same place.
-func scrubRef(in []byte, ss []Secret) []byte {
+func scrubRef(in []byte, rd *redaction) []byte {
 	var out []byte
 	for i := 0; i < len(in); {
 		best := -1
-		for k, s := range ss {
-			if bytes.HasPrefix(in[i:], []byte(s.Value)) && (best < 0 || len(s.Value) > len(ss[best].Value)) {
+		for k, p := range rd.pairs {
+			if bytes.HasPrefix(in[i:], p.form) && (best < 0 || len(p.form) > len(rd.pairs[best].form)) {
 				best = k
 			}
 		}
@@ -140,34 +144,35 @@ func scrubRef(in []byte, ss []Secret) []byte {
 			i++
 			continue
 		}
-		out = append(out, ss[best].Placeholder()...)
-		i += len(ss[best].Value)
+		out = append(out, rd.pairs[best].placeholder...)
+		i += len(rd.pairs[best].form)
 	}
 	return out
 }
 
-func scrubAll(t testing.TB, in []byte, ss []Secret, oneByte bool) []byte {
+func scrubAll(t testing.TB, in []byte, rd *redaction, oneByte bool) []byte {
 	var r io.Reader = bytes.NewReader(in)
 	if oneByte {
 		r = iotest.OneByteReader(r)
 	}
-	eof := false
-	out, err := io.ReadAll(newScrubber(io.NopCloser(r), ss, func() { eof = true }))
-	if err != nil || !eof {
-		t.Fatalf("%v, end seen %v", err, eof)
+	closed := false
+	s := newScrubber(io.NopCloser(r), rd, func() { closed = true })
+	out, err := io.ReadAll(s)
+	if err != nil || s.Close() != nil || !closed {
+		t.Fatalf("%v, closed %v", err, closed)
 	}
 	return out
 }
 
 func TestScrubber(t *testing.T) {
-	ss := []Secret{{Name: "a", Value: "sk-abcdef12"}, {Name: "b", Value: "sk-abcdef1234"}}
+	rd := newRedaction([]Secret{{Name: "a", Value: "sk-abcdef12"}, {Name: "b", Value: "sk-abcdef1234"}})
 	for _, in := range []string{
 		"", "nothing here", "sk-abcdef12", "x sk-abcdef12 y sk-abcdef1234 z", "sk-abcdef1sk-abcdef12", "sk-abc",
 		"sk-abcdef12sk-abcdef12", "ends with a start sk-abcdef1", strings.Repeat("sk-", 20000) + "sk-abcdef12",
 	} {
 		for _, oneByte := range []bool{false, true} {
-			got := scrubAll(t, []byte(in), ss, oneByte)
-			if want := scrubRef([]byte(in), ss); !bytes.Equal(got, want) {
+			got := scrubAll(t, []byte(in), rd, oneByte)
+			if want := scrubRef([]byte(in), rd); !bytes.Equal(got, want) {
 				t.Errorf("%.60q (one byte %v): %.80q, want %.80q", in, oneByte, got, want)
 			}
 		}
@@ -177,7 +182,7 @@ func TestScrubber(t *testing.T) {
 func TestScrubberReleasesWhatCannotBeAValue(t *testing.T) {
 	ss := []Secret{{Name: "a", Value: "sk-abcdef12"}}
 	pr, pw := io.Pipe()
-	s := newScrubber(pr, ss, nil)
+	s := newScrubber(pr, newRedaction(ss), nil)
 	go pw.Write([]byte("data: hello\n\nsk-ab"))
 	buf := make([]byte, 100)
 	n, err := s.Read(buf)
@@ -198,11 +203,79 @@ func FuzzScrubber(f *testing.F) {
 		if len(v1) < MinSecretBytes || len(v2) < MinSecretBytes || v1 == v2 {
 			return
 		}
-		ss := []Secret{{Name: "a", Value: v1}, {Name: "b", Value: v2}}
+		rd := newRedaction([]Secret{{Name: "a", Value: v1}, {Name: "b", Value: v2}})
 		for _, oneByte := range []bool{false, true} {
-			if got, want := scrubAll(t, in, ss, oneByte), scrubRef(in, ss); !bytes.Equal(got, want) {
+			if got, want := scrubAll(t, in, rd, oneByte), scrubRef(in, rd); !bytes.Equal(got, want) {
 				t.Fatalf("one byte %v: %q, want %q", oneByte, got, want)
 			}
 		}
 	})
+}
+
+func TestScrubberForms(t *testing.T) {
+	// A server echoes the header in the encodings servers write text in;
+	// what the program reads holds none of the value, whatever the
+	// reads.
+	const v = `tok/en+"<a&b>" x=1%`
+	svc := Secret{Name: "svc", Value: v}
+	rd := newRedaction([]Secret{svc})
+	header := "Bearer " + v
+	goJSON, _ := json.Marshal(header)
+	var plain bytes.Buffer
+	enc := json.NewEncoder(&plain)
+	enc.SetEscapeHTML(false)
+	enc.Encode(header)
+	unJSON := func(s string) string { var out string; json.Unmarshal([]byte(s), &out); return out }
+	for _, tt := range []struct {
+		name, echo string
+		decode     func(string) string // what the program would do with what it reads
+	}{
+		{"literal", header, func(s string) string { return s }},
+		{"JSON", string(goJSON), unJSON},
+		{"JSON, HTML as is", plain.String(), unJSON},
+		{"JSON, '/' too", strings.ReplaceAll(string(goJSON), "/", `\/`), unJSON},
+		{"HTML", html.EscapeString(header), html.UnescapeString},
+		{"a query", url.Values{"auth": {header}}.Encode(), func(s string) string { q, _ := url.ParseQuery(s); return q.Get("auth") }},
+		{"a path", url.PathEscape(header), func(s string) string { p, _ := url.PathUnescape(s); return p }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.decode(tt.echo) != header {
+				t.Fatalf("the echo %q does not decode", tt.echo)
+			}
+			for _, oneByte := range []bool{false, true} {
+				if got := tt.decode(string(scrubAll(t, []byte(tt.echo), rd, oneByte))); got != "Bearer "+svc.Placeholder() {
+					t.Errorf("%q gives %q", tt.echo, got)
+				}
+			}
+		})
+	}
+	for _, b64 := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		for _, prefix := range []string{"", "B", "Bearer ", "Basic x:"} {
+			echo := b64.EncodeToString([]byte(prefix + v + "!"))
+			got := string(scrubAll(t, []byte(echo), rd, false))
+			if !strings.Contains(got, svc.Placeholder()) {
+				t.Errorf("base64 of %q: %q gives %q", prefix+v, echo, got)
+				continue
+			}
+			// What is left decodes to at most two bytes of the value at
+			// either end.
+			before, after, _ := strings.Cut(got, svc.Placeholder())
+			for _, part := range []string{before, after} {
+				if len(part) > len(b64.EncodeToString([]byte(prefix+"!!!"))) {
+					t.Errorf("base64 of %q: %q left around the placeholder", prefix+v, part)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkScrubber measures scrubbing a body of text that holds no
+// value, with two secrets (each in all its forms).
+func BenchmarkScrubber(b *testing.B) {
+	rd := newRedaction([]Secret{{Name: "a", Value: testValue}, {Name: "b", Value: testKeyValue}})
+	body := bytes.Repeat([]byte(`{"id": "chatcmpl-0123456789", "object": "chat.completion", "content": "sk-live is a prefix"}`+"\n"), 10000)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		io.Copy(io.Discard, newScrubber(io.NopCloser(bytes.NewReader(body)), rd, nil))
+	}
 }
