@@ -88,9 +88,9 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	now := time.Now().UTC()
 	nb := runbox.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
 		IdempotencyKey: req.IdempotencyKey, Bounds: s.bounds(ctx), MaxWaiting: s.limits.MaxWaiting}
-	if n := batchBytes(req); n > runbox.MaxBatchBytes {
-		// The bound of POST /v1/batches' body, for start_batch too.
-		return BatchCreated{}, runbox.Errorf(runbox.ETooLarge, "the batch's runs are %d bytes; a batch takes at most %d", n, runbox.MaxBatchBytes)
+	if err := s.admitQueued(ctx, nb.Bounds, len(req.Runs), batchBytes(req)); err != nil {
+		s.limited(ctx, err)
+		return BatchCreated{}, err
 	}
 	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
@@ -242,6 +242,33 @@ func (s *Service) admitBatch(ctx context.Context, keys []string, seconds int) er
 		return err
 	}
 	return s.admitSandboxesFor(ctx, keys)
+}
+
+// admitQueued refuses a batch of n runs of bytes (batchBytes) before it
+// is checked run by run when it is too large for a request, or cannot fit
+// the client's queue: a client flooding its queue costs the service one
+// round trip a batch. (The store holds the bounds exactly, as it records
+// the batch: what a run holds in Redis is more than batchBytes counts.)
+func (s *Service) admitQueued(ctx context.Context, b runbox.ClientBounds, n, bytes int) error {
+	if bytes > runbox.MaxBatchBytes {
+		// The bound of POST /v1/batches' body, for start_batch too.
+		return runbox.Errorf(runbox.ETooLarge, "the batch's runs are %d bytes; a batch takes at most %d", bytes, runbox.MaxBatchBytes)
+	}
+	if b.MaxQueuedRuns == 0 && b.MaxQueuedBytes == 0 {
+		return nil
+	}
+	runs, held, err := s.store.Queued(ctx, client(ctx))
+	switch {
+	case err != nil:
+		return err
+	case b.MaxQueuedRuns > 0 && runs+n > b.MaxQueuedRuns:
+		return runbox.Limited(runbox.EBusy, activeRetry,
+			"this client has %d runs waiting, and may have %d; the batch's %d do not fit: retry when some have started", runs, b.MaxQueuedRuns, n)
+	case b.MaxQueuedBytes > 0 && held+int64(bytes) > b.MaxQueuedBytes:
+		return runbox.Limited(runbox.EBusy, activeRetry,
+			"this client's waiting runs hold %d bytes, and may hold %d; the batch's do not fit: retry when some have started", held, b.MaxQueuedBytes)
+	}
+	return nil
 }
 
 // batchBytes is about what a batch's runs hold, as their requests'

@@ -302,7 +302,7 @@ func TestBatchBounds(t *testing.T) {
 		{"past the service's queue", clients.Tier{}, big(11, 0), runbox.EBusy},
 		{"within the service's queue", clients.Tier{}, big(10, 0), ""},
 		{"within the tier's queue", clients.Tier{MaxQueuedRuns: 20}, big(20, 0), ""},
-		{"past the day's seconds", clients.Tier{RunSecondsPerDay: 20}, big(12, 4), runbox.EQuotaExceeded},
+		{"past the day's seconds", clients.Tier{RunSecondsPerDay: 20, MaxQueuedRuns: 50}, big(12, 4), runbox.EQuotaExceeded},
 		{"within the day's seconds", clients.Tier{RunSecondsPerDay: 20}, big(5, 4), ""},
 		{"past the sessions", clients.Tier{MaxQueuedRuns: 50}, big(31, 0), runbox.EMaxSessions},
 	} {

@@ -13,6 +13,7 @@ import (
 type Store interface {
 	// Runs: records, event logs, cancellations and input.
 	CreateRun(ctx context.Context, nr runbox.NewRun) (runbox.Admission, string, error)
+	Queued(ctx context.Context, client string) (runs int, bytes int64, err error)
 	Run(ctx context.Context, id string) (runbox.Run, error)
 	RunsWhere(ctx context.Context, client, cid string, n int, keep func(runbox.Run) bool) ([]runbox.Run, error)
 	Events(ctx context.Context, id string, after int64) ([]runbox.Event, error)

@@ -326,3 +326,16 @@ func replyIDs(vs []any) []string {
 	}
 	return ids
 }
+
+// Queued returns how many runs client has waiting to start and the bytes
+// they hold, as the bounds count them.
+func (s *Runs) Queued(ctx context.Context, client string) (runs int, bytes int64, err error) {
+	pipe := s.rdb.Pipeline()
+	n := pipe.HLen(ctx, queuedKey(client))
+	b := pipe.Get(ctx, queuedKey(client)+":bytes")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("read the queue of %s: %w", client, err)
+	}
+	bytes, _ = b.Int64()
+	return int(n.Val()), bytes, nil
+}
