@@ -79,6 +79,15 @@ type ConversationHead struct {
 	Run          string
 }
 
+// StaleHead is a conversation's head the sweep must act on: its run ended
+// without its conversation moving on (Ended: the sweep advances it), or
+// it was given to the executors a while ago and its enqueueing may have
+// been lost (the sweep enqueues it again).
+type StaleHead struct {
+	ConversationHead
+	Ended bool
+}
+
 // Claimed is the outcome of a claim (store's ClaimFor).
 type Claimed struct {
 	// OK: the run is this executor's to run now.

@@ -33,11 +33,10 @@ type Runs interface {
 	// that a crash left (full: every run waiting, else those given to
 	// asynq), and returns the heads whose clients' turn came, to enqueue.
 	Reconcile(ctx context.Context, full bool) ([]string, error)
-	// Redispatch reports whether a head queued a while is to be enqueued
-	// (again): not while it waits its client's turn.
-	Redispatch(ctx context.Context, id string) (bool, error)
-	// Heads lists the conversations that have a head, and their heads.
-	Heads(ctx context.Context) ([]runbox.ConversationHead, error)
+	// StaleHeads lists the conversations' heads that ended without their
+	// conversation moving on, and those given to the executors before
+	// cutoff and still queued.
+	StaleHeads(ctx context.Context, cutoff time.Time) ([]runbox.StaleHead, error)
 	// Advance moves a conversation past its head, which ended, and
 	// returns the run that heads it now.
 	Advance(ctx context.Context, h runbox.ConversationHead) (string, error)
@@ -140,7 +139,7 @@ func (s *Scheduler) Sweep(ctx context.Context) {
 	if err := s.Enqueue(ctx, ids...); err != nil {
 		s.log.Warn("enqueue the runs the sweep let go", "err", err)
 	}
-	heads, err := s.runs.Heads(ctx)
+	heads, err := s.runs.StaleHeads(ctx, time.Now().Add(-sweepAge))
 	if err != nil {
 		s.log.Warn("sweep conversations", "err", err)
 		return
@@ -184,32 +183,19 @@ func (s *Scheduler) sweepParallel(ctx context.Context) {
 	}
 }
 
-func (s *Scheduler) sweep(ctx context.Context, h runbox.ConversationHead) error {
-	run, err := s.runs.Run(ctx, h.Run)
-	switch {
-	case errors.Is(err, runbox.ErrRunNotFound):
-	case err != nil:
-		return err
-	case run.Status == runbox.StatusQueued:
-		if time.Since(run.CreatedAt) < sweepAge {
-			return nil
-		}
-		if ok, err := s.runs.Redispatch(ctx, h.Run); !ok || err != nil {
-			return err // waiting its client's turn
-		}
+// sweep enqueues a head again, or moves its conversation past it when it
+// ended.
+func (s *Scheduler) sweep(ctx context.Context, h runbox.StaleHead) error {
+	if !h.Ended {
 		return s.Enqueue(ctx, h.Run)
-	case !run.Status.Final():
-		return nil // running: its executor or the watchdog will end it
 	}
-	next, err := s.runs.Advance(ctx, h)
+	next, err := s.runs.Advance(ctx, h.ConversationHead)
 	if err != nil {
 		return err
 	}
-	if next != "" {
-		s.log.Info("conversation moved on past an ended run", "conversation", h.Conversation, "ended", h.Run, "next", next)
+	if next == "" {
+		return nil
 	}
-	if err := s.Enqueue(ctx, next); err != nil {
-		return fmt.Errorf("enqueue %s: %w", next, err)
-	}
-	return nil
+	s.log.Info("conversation moved on past an ended run", "conversation", h.Conversation, "ended", h.Run, "next", next)
+	return s.Enqueue(ctx, next)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/store/internal/keys"
 )
 
 // One client must not be able to take the service from the others. What
@@ -287,34 +286,6 @@ func (s *Runs) Reconcile(ctx context.Context, full bool) ([]string, error) {
 }
 
 func dispatchedKey(client string) string { return prefix + "client:" + client + ":dispatched" }
-
-// redispatchScript tells the sweep whether a head queued a while is to
-// be enqueued: it is when it was dispatched (its enqueueing may have been
-// lost), not while it waits its client's turn; one that is neither (it
-// headed its conversation before a crash) is admitted as a head now.
-//
-// KEYS[1] the run
-// ARGV[1] key prefix, ARGV[2] now (unix ms), ARGV[3] ttl (s)
-// Returns 1 to enqueue, 0 not.
-var redispatchScript = redis.NewScript(admissionLua + `
-local f = redis.call('HMGET', KEYS[1], 'status', 'client', 'id')
-if f[1] ~= 'queued' or not f[2] then return 0 end
-local p, c, id = ARGV[1], f[2], f[3]
-if redis.call('ZSCORE', ckey(p, c, 'dispatched'), id) then return 1 end
-if redis.call('ZSCORE', ckey(p, c, 'ready'), id) then return 0 end
-if head(p, c, id, tonumber(ARGV[2]), ARGV[3]) then return 1 end
-return 0
-`)
-
-// Redispatch reports whether run id, a head queued for a while, is to be
-// enqueued (again): see redispatchScript.
-func (s *Runs) Redispatch(ctx context.Context, id string) (bool, error) {
-	n, err := redispatchScript.Run(ctx, s.rdb, []string{keys.Run(id)}, prefix, s.now().UnixMilli(), s.ttlSeconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("redispatch run %s: %w", id, err)
-	}
-	return n == 1, nil
-}
 
 // replyIDs are the run ids at the end of a script's reply.
 func replyIDs(vs []any) []string {

@@ -224,15 +224,34 @@ func TestReconcile(t *testing.T) {
 		if ok, _ := s.rdb.HExists(ctx, queuedKey("erin"), "ghost").Result(); ok {
 			t.Error("a ghost stays counted after a full reconcile")
 		}
-		// A head queued a while and given is enqueued again by the sweep;
-		// one waiting its turn is not.
+		// A head queued a while and given is the sweep's to enqueue
+		// again; one waiting its turn is not; nor one given just now.
 		if _, err := submit(s, "erin", "e4", runbox.ClientBounds{}, 10, 10); err != nil {
 			t.Fatal(err)
 		}
-		for id, want := range map[string]bool{"e2": true, "e4": false} {
-			if ok, err := s.Redispatch(ctx, id); err != nil || ok != want {
-				t.Errorf("Redispatch(%s) = %v, %v; want %v", id, ok, err, want)
+		// (e0 and e1, whose records are gone, are ended: the sweep moves
+		// their conversations on.)
+		stale := func(cutoff time.Time) string {
+			heads, err := s.StaleHeads(ctx, cutoff)
+			if err != nil {
+				t.Fatal(err)
 			}
+			var out []string
+			for _, h := range heads {
+				out = append(out, fmt.Sprintf("%s:%v", h.Run, h.Ended))
+			}
+			slices.Sort(out)
+			return fmt.Sprint(out)
+		}
+		if got := stale(time.Now().Add(time.Second)); got != "[e0:true e1:true e2:false e3:false]" {
+			t.Errorf("StaleHeads = %s; want e2 and e3 to enqueue, e0 and e1 ended", got)
+		}
+		if got := stale(time.Now().Add(-time.Minute)); got != "[e0:true e1:true]" {
+			t.Errorf("StaleHeads of a minute ago = %s; want only the ended", got)
+		}
+		s.rdb.HSet(ctx, "runbox:run:{e2}", "status", "succeeded")
+		if got := stale(time.Now().Add(-time.Minute)); got != "[e0:true e1:true e2:true]" {
+			t.Errorf("StaleHeads with e2 ended = %s", got)
 		}
 	})
 }

@@ -58,8 +58,7 @@ func TestParallelRuns(t *testing.T) {
 		if a := finish(t, s, "p1", "conv", runbox.StatusRunning); !a.Done || len(a.Dispatch) != 0 {
 			t.Errorf("end of a parallel run: %+v", a)
 		}
-		heads, _ := s.Heads(ctx)
-		if len(heads) != 1 || heads[0].Run != "head" {
+		if heads := heads(t, s); len(heads) != 1 || heads["conv"] != "head" {
 			t.Errorf("heads %+v, want conv headed by head", heads)
 		}
 		s.Claim(ctx, "head", "ex", time.Minute)
@@ -109,7 +108,7 @@ func TestDetach(t *testing.T) {
 		if busy, _ := s.Busy(ctx, "conv"); busy {
 			t.Error("an idle conversation is busy")
 		}
-		if heads, _ := s.Heads(ctx); len(heads) != 0 {
+		if heads := heads(t, s); len(heads) != 0 {
 			t.Errorf("heads %+v", heads)
 		}
 	})

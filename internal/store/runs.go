@@ -748,27 +748,76 @@ func (s *Runs) ExpiredLeases(ctx context.Context, n int) ([]string, error) {
 	return ids, nil
 }
 
-// Heads returns the conversations that have a head, and their heads.
-func (s *Runs) Heads(ctx context.Context) ([]runbox.ConversationHead, error) {
-	var heads []runbox.ConversationHead
-	iter := s.rdb.SScan(ctx, busyConvsKey, 0, "", 200).Iterator()
-	for iter.Next(ctx) {
-		cid := iter.Val()
-		run, err := s.rdb.Get(ctx, conversationHeadKey(cid)).Result()
-		if errors.Is(err, redis.Nil) {
-			// Idle: the set is only a hint.
-			s.rdb.SRem(ctx, busyConvsKey, cid)
-			continue
-		}
+// staleHeadsScript looks at conversations with a head, as the sweep
+// does, in one round trip for many: a conversation whose head is gone
+// leaves the set; a head whose run is gone or ended is returned "ended";
+// a head queued since before ARGV[2] is returned "queued" when it was
+// given to the executors (its enqueueing may have been lost) — not while
+// it waits its client's turn; one neither given nor waiting (it headed
+// its conversation before a crash) is admitted as a head now
+// (admissionLua's head), and returned if given.
+//
+// KEYS: none (the conversations' keys are named from ARGV[1]).
+// ARGV[1] key prefix, ARGV[2] cutoff (unix ms), ARGV[3] now (unix ms),
+// ARGV[4] ttl (s), ARGV[5..] conversation ids
+// Returns {what, conversation, run, ...} in threes.
+var staleHeadsScript = redis.NewScript(admissionLua + `
+local p, cutoff, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+for i = 5, #ARGV do
+  local cid = ARGV[i]
+  local id = redis.call('GET', p .. 'conv:' .. cid .. ':head')
+  if not id then
+    redis.call('SREM', p .. 'convs:busy', cid)
+  else
+    local f = redis.call('HMGET', p .. 'run:{' .. id .. '}', 'status', 'created', 'client')
+    local st = f[1]
+    if st ~= 'queued' and st ~= 'running' then
+      table.insert(out, 'ended'); table.insert(out, cid); table.insert(out, id)
+    elseif st == 'queued' and tonumber(f[2] or '0') < cutoff then
+      local c = f[3] or 'default'
+      local given = redis.call('ZSCORE', ckey(p, c, 'dispatched'), id)
+      if not given and not redis.call('ZSCORE', ckey(p, c, 'ready'), id) then
+        given = head(p, c, id, now, ARGV[4])
+      end
+      if given then table.insert(out, 'queued'); table.insert(out, cid); table.insert(out, id) end
+    end
+  end
+end
+return out
+`)
+
+// StaleHeads returns the conversations' heads the sweep must act on:
+// those whose run ended without their conversation moving on, and those
+// given to the executors before cutoff and still queued (see
+// staleHeadsScript). It reads the conversations a page at a time, a round
+// trip each.
+func (s *Runs) StaleHeads(ctx context.Context, cutoff time.Time) ([]runbox.StaleHead, error) {
+	var out []runbox.StaleHead
+	var cursor uint64
+	for {
+		cids, next, err := s.rdb.SScan(ctx, busyConvsKey, cursor, "", 200).Result()
 		if err != nil {
 			return nil, fmt.Errorf("read conversation heads: %w", err)
 		}
-		heads = append(heads, runbox.ConversationHead{Conversation: cid, Run: run})
+		if len(cids) > 0 {
+			args := []any{prefix, cutoff.UnixMilli(), s.now().UnixMilli(), s.ttlSeconds()}
+			for _, c := range cids {
+				args = append(args, c)
+			}
+			res, err := staleHeadsScript.Run(ctx, s.rdb, nil, args...).StringSlice()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("read conversation heads: %w", err)
+			}
+			for i := 0; i+2 < len(res); i += 3 {
+				out = append(out, runbox.StaleHead{Ended: res[i] == "ended",
+					ConversationHead: runbox.ConversationHead{Conversation: res[i+1], Run: res[i+2]}})
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
 	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("read conversation heads: %w", err)
-	}
-	return heads, nil
 }
 
 // Advance moves a conversation past head, which ended, and returns the run
