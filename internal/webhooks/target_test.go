@@ -27,7 +27,7 @@ func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 }
 
 func testPolicy(t testing.TB) *Policy {
-	allow, err := egress.ParseList("hooks.example,*.sub.example,localhost,meta.example,mixed.example,own.example,recv.test,nxdomain.example")
+	allow, err := egress.ParseList("hooks.example,*.sub.example,localhost,meta.example,mixed.example,own.example,recv.test,nxdomain.example,*.special.example")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +45,17 @@ func testPolicy(t testing.TB) *Policy {
 			"mixed.example":   {"93.184.216.34", "10.0.0.1"},
 			"own.example":     {"8.8.4.4"},
 			"mapped6.example": {"::ffff:127.0.0.1"},
+			// IANA's special-purpose IPv6 ranges (and a few IPv4 ones)
+			// that carry or stand in for an address not to be reached.
+			"compat.special.example":     {"::7f00:1"},
+			"compatpub.special.example":  {"::5db8:d822"},
+			"translated.special.example": {"::ffff:0:a00:1"},
+			"discard.special.example":    {"100::1"},
+			"dummy.special.example":      {"100:0:0:1::1"},
+			"ietf.special.example":       {"2001:2::1"},
+			"doc.special.example":        {"3fff::1"},
+			"srv6.special.example":       {"5f00::1"},
+			"relay.special.example":      {"192.88.99.1"},
 		},
 		Own: func() map[netip.Addr]bool { return map[netip.Addr]bool{netip.MustParseAddr("8.8.4.4"): true} },
 	}
@@ -102,7 +113,10 @@ func TestCallbackAttacks(t *testing.T) {
 		"https://hooks.example.evil.com/", "https://" + strings.Repeat("a", 2050) + ".example/",
 		// Names that resolve to what they must not lead to.
 		"https://localhost/", "https://meta.example/", "https://mixed.example/", "https://own.example/",
-		"https://nxdomain.example/", "https://mapped6.example/",
+		"https://nxdomain.example/", "https://mapped6.example/", "https://compat.special.example/",
+		"https://compatpub.special.example/", "https://translated.special.example/", "https://discard.special.example/",
+		"https://dummy.special.example/", "https://ietf.special.example/", "https://doc.special.example/",
+		"https://srv6.special.example/", "https://relay.special.example/",
 	} {
 		got, err := p.Check(context.Background(), raw, clientDomains)
 		if err == nil {
