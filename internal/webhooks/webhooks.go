@@ -102,6 +102,10 @@ type Options struct {
 	Backoff, RetryFor time.Duration
 	// AttemptTimeout bounds each attempt (default AttemptTimeout).
 	AttemptTimeout time.Duration
+	// PerClient bounds the attempts of one client's webhooks under way
+	// at once in this api (WEBHOOK_CONCURRENCY_PER_CLIENT; default
+	// DefaultPerClient): fair.go.
+	PerClient int
 	// RootCAs, when set, are the roots receivers' certificates are
 	// checked against instead of the system's (tests).
 	RootCAs  *x509.CertPool
@@ -115,6 +119,7 @@ type Service struct {
 	o       Options
 	store   Store
 	http    *http.Client
+	fair    *fairness
 	tasks   Tasks
 	log     *slog.Logger
 	metrics metrics
@@ -131,6 +136,9 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = AttemptTimeout
 	}
+	if o.PerClient <= 0 {
+		o.PerClient = DefaultPerClient
+	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -140,7 +148,7 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
-	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs, o.AttemptTimeout), tasks: tasks,
+	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs, o.AttemptTimeout), fair: newFairness(o), tasks: tasks,
 		log: o.Logger.With("component", "webhooks"), metrics: newMetrics(o.Registry)}
 }
 

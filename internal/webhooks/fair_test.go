@@ -1,0 +1,162 @@
+package webhooks
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// newTestFairness is fairness with perClient places, a back-off of 1 s
+// (circuits open for 2 s, then 4 s, …), attempts of 10 s, on a fake clock
+// and without jitter.
+func newTestFairness(perClient int) (*fairness, *clockwork.FakeClock) {
+	clock := clockwork.NewFakeClock()
+	f := newFairness(Options{PerClient: perClient, AttemptTimeout: 10 * time.Second, Backoff: time.Second, Clock: clock})
+	f.jitter = func(time.Duration) time.Duration { return 0 }
+	return f, clock
+}
+
+const (
+	hookA = "https://a.example/hook"
+	hookB = "https://b.example/hook"
+)
+
+var never = time.Now().Add(24 * time.Hour)
+
+// TestLaneBound: a client has at most perClient attempts under way;
+// another client is let through meanwhile; the deferred ones get slots
+// spread apart, further as the attempts under way grow old, and never
+// further than maxDefer.
+func TestLaneBound(t *testing.T) {
+	f, clock := newTestFairness(2)
+	p1, _, _ := f.take("a", hookA, never)
+	p2, _, _ := f.take("a", hookA+"?2", never)
+	if p1 == nil || p2 == nil {
+		t.Fatal("the client's first two attempts were deferred")
+	}
+	p3, wait, why := f.take("a", hookA, never)
+	if p3 != nil || wait < minGap || why != deferredBusy {
+		t.Fatalf("a third attempt: %v, %v, %q; want deferred, client_busy", p3, wait, why)
+	}
+	if pb, _, _ := f.take("b", hookB, never); pb == nil {
+		t.Fatal("another client was deferred while the first had its places in use")
+	}
+	// The attempts under way are 8 s old: the next slots are 4 s apart.
+	clock.Advance(8 * time.Second)
+	_, w1, _ := f.take("a", hookA, never)
+	_, w2, _ := f.take("a", hookA, never)
+	if w1 < 4*time.Second || w2-w1 != 4*time.Second {
+		t.Errorf("slots at %v and %v; want 4 s apart, the first at least 4 s ahead", w1, w2)
+	}
+	for range 200 {
+		if _, w, _ := f.take("a", hookA, never); w > maxDefer {
+			t.Fatalf("deferred %v, past maxDefer", w)
+		}
+	}
+	f.done(p1, answered)
+	if p, _, _ := f.take("a", hookA, never); p == nil {
+		t.Error("a place given back was not taken")
+	}
+}
+
+// TestCircuit: circuitFailures failures in a row open a target's circuit
+// for that client alone; once its cool-down has passed one attempt probes
+// it while the others wait; a failed probe opens it for twice as long; an
+// answer closes it. A webhook whose time ends sooner has its last attempt.
+func TestCircuit(t *testing.T) {
+	f, clock := newTestFairness(circuitFailures)
+	fail := func(h health) {
+		t.Helper()
+		p, wait, why := f.take("a", hookA, never)
+		if p == nil {
+			t.Fatalf("deferred (%v, %s) before the circuit opened", wait, why)
+		}
+		f.done(p, h)
+	}
+	fail(failing)
+	fail(untried) // nothing sent: no failure of the target's
+	for range circuitFailures - 2 {
+		fail(failing)
+	}
+	if p, _, _ := f.take("a", hookA, never); p == nil {
+		t.Fatal("deferred after fewer failures in a row than circuitFailures")
+	} else {
+		f.done(p, failing)
+	}
+	deferred := func(want time.Duration) {
+		t.Helper()
+		p, wait, why := f.take("a", hookA, never)
+		if p != nil || wait != want || why != deferredCircuit {
+			t.Fatalf("with the circuit open: %v, %v, %q; want deferred %v, circuit_open", p != nil, wait, why, want)
+		}
+	}
+	deferred(2 * time.Second)
+	if p, _, _ := f.take("b", hookA, never); p == nil {
+		t.Error("another client's webhooks to the same host were deferred")
+	}
+	if p, _, _ := f.take("a", hookA, clock.Now().Add(time.Second)); p == nil {
+		t.Error("a webhook whose time ends before the circuit closes was not given its last attempt")
+	}
+
+	clock.Advance(2 * time.Second)
+	probe, _, _ := f.take("a", hookA, never)
+	if probe == nil || !probe.probe {
+		t.Fatalf("no probe once the cool-down passed: %+v", probe)
+	}
+	deferred(10 * time.Second) // while the probe is under way: an attempt's time
+	f.done(probe, failing)
+	deferred(4 * time.Second) // opened again, for twice as long
+
+	clock.Advance(4 * time.Second)
+	probe, _, _ = f.take("a", hookA, never)
+	if probe == nil || !probe.probe {
+		t.Fatal("no second probe")
+	}
+	f.done(probe, answered)
+	if p, _, _ := f.take("a", hookA, never); p == nil || p.probe {
+		t.Errorf("the circuit did not close on an answer: %+v", p)
+	}
+}
+
+// TestCooldownBounded: the cool-down doubles up to maxCooldown.
+func TestCooldownBounded(t *testing.T) {
+	f, _ := newTestFairness(1)
+	for n, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 12: maxCooldown, 1000: maxCooldown} {
+		if got := f.cooldown(n); got != want {
+			t.Errorf("cooldown(%d) = %v; want %v", n, got, want)
+		}
+	}
+}
+
+// TestJudge: what an attempt comes to, and what it tells of its target.
+func TestJudge(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		final  bool
+		err    error
+		state  string
+		health health
+	}{
+		{200, false, nil, runbox.WebhookDelivered, answered},
+		{204, false, nil, runbox.WebhookDelivered, answered},
+		{http.StatusGone, false, nil, runbox.WebhookGone, answered},
+		{302, false, nil, "", answered},
+		{400, false, nil, "", answered},
+		{429, false, nil, "", failing},
+		{500, false, nil, "", failing},
+		{503, false, nil, "", failing},
+		{0, false, errors.New("timed out (10s)"), "", failing},
+		{0, true, errors.New("no secret"), runbox.WebhookFailed, untried},
+	} {
+		var d runbox.Delivery
+		state, h := judge(&d, tc.code, tc.final, tc.err)
+		if state != tc.state || h != tc.health || (state != runbox.WebhookDelivered) != (d.Error != "") {
+			t.Errorf("judge(%d, %v, %v) = %q, %v, %q; want %q, %v", tc.code, tc.final, tc.err, state, h, d.Error, tc.state, tc.health)
+		}
+	}
+}
