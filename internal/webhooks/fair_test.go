@@ -1,12 +1,16 @@
 package webhooks
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -158,5 +162,156 @@ func TestJudge(t *testing.T) {
 		if state != tc.state || h != tc.health || (state != runbox.WebhookDelivered) != (d.Error != "") {
 			t.Errorf("judge(%d, %v, %v) = %q, %v, %q; want %q, %v", tc.code, tc.final, tc.err, state, h, d.Error, tc.state, tc.health)
 		}
+	}
+}
+
+// waitDelivered waits, up to within, for webhook id to be delivered and
+// returns how long it took.
+func (h *harness) waitDelivered(id string, within time.Duration) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	for {
+		w, err := h.st.Webhook(context.Background(), id)
+		if err == nil && w.State == runbox.WebhookDelivered {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			h.t.Fatalf("webhook %s not delivered within %v: %+v, %v", id, within, w, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hangingHarness has bob end n runs whose callbacks go to a receiver that
+// accepts and never answers (attempts of the default 10 s), and relays
+// their webhooks; it returns the receiver and the runs.
+func hangingHarness(t *testing.T, n int, o harnessOptions) (*harness, *receiver, *receiver, []string) {
+	slow, fast := newReceiver(t, hang), newReceiver(t, 200)
+	o.hosts = "slow.test=127.0.0.1:" + slow.port() + ",fast.test=127.0.0.1:" + fast.port() + "," + o.hosts
+	o.hosts = strings.TrimSuffix(o.hosts, ",")
+	o.retryFor, o.realRedis = time.Hour, true
+	h := startHarness(t, o)
+	runs := make([]string, n)
+	for i := range runs {
+		runs[i] = fmt.Sprintf("run_bob_%03d", i)
+		h.finishRun("bob", runs[i], "~bob~c-"+runs[i], fmt.Sprintf("http://slow.test:%s/hook?n=%d", slow.port(), i))
+	}
+	h.relayAll()
+	return h, slow, fast, runs
+}
+
+// carolsWebhook has carol end a run whose callback goes to fast and
+// returns how long its webhook took to be delivered once relayed.
+func carolsWebhook(h *harness, fast *receiver) time.Duration {
+	h.t.Helper()
+	h.finishRun("carol", "run_carol", "~carol~c-1", "http://fast.test:"+fast.port()+"/hook")
+	start := time.Now()
+	h.relayAll()
+	h.waitDelivered(runbox.WebhookID("run_carol", runbox.WebhookRunCompleted), 30*time.Second)
+	return time.Since(start)
+}
+
+// TestFairAcrossClients: one client's 300 webhooks to a receiver that
+// accepts and never answers hold at most its share of the workers, not
+// all of them: another client's webhook, relayed after them, is delivered
+// within seconds (issue 46: not within 30 s before).
+func TestFairAcrossClients(t *testing.T) {
+	h, slow, fast, _ := hangingHarness(t, 300, harnessOptions{})
+	took := carolsWebhook(h, fast)
+	t.Logf("carol's webhook, behind bob's 300 hanging ones, was delivered %v after it was relayed", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("carol's webhook took %v behind bob's hanging ones; want seconds", took)
+	}
+	slow.mu.Lock()
+	most := slow.most
+	slow.mu.Unlock()
+	if most > DefaultPerClient {
+		t.Errorf("bob's receiver held %d requests at once; his share is %d", most, DefaultPerClient)
+	}
+	if n := testutil.ToFloat64(h.svc.metrics.deferred.WithLabelValues("bob", deferredBusy)); n == 0 {
+		t.Error("none of bob's webhooks was deferred")
+	}
+}
+
+// TestRedeliveryLoopCannotStarve: a client that asks, again and again,
+// for its webhooks to a receiver that never answers to be delivered again
+// holds no more workers for it: another client's webhook is delivered
+// within seconds.
+func TestRedeliveryLoopCannotStarve(t *testing.T) {
+	h, slow, fast, runs := hangingHarness(t, 40, harnessOptions{})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		asked := 0
+		for {
+			for _, id := range runs {
+				select {
+				case <-stop:
+					done <- asked
+					return
+				default:
+				}
+				if _, err := h.svc.Redeliver(ctx, id, false); err != nil {
+					t.Error(err)
+				}
+				asked++
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(time.Second)
+	took := carolsWebhook(h, fast)
+	close(stop)
+	asked := <-done
+	t.Logf("carol's webhook was delivered %v after it was relayed, while bob asked for his %d times", took.Round(time.Millisecond), asked)
+	if took > 10*time.Second {
+		t.Errorf("carol's webhook took %v beside bob's redeliveries; want seconds", took)
+	}
+	slow.mu.Lock()
+	most := slow.most
+	slow.mu.Unlock()
+	if most > DefaultPerClient {
+		t.Errorf("bob's receiver held %d requests at once; his share is %d", most, DefaultPerClient)
+	}
+}
+
+// TestRedeliveryKeepsBackoff: a client that asks again and again for
+// its webhooks to a receiver that refuses them (503) cannot make them
+// attempted more often: its circuit opens after circuitFailures failures
+// in a row and stays open for its cool-down whatever is asked, and a
+// webhook waiting for its retry waits its time.
+func TestRedeliveryKeepsBackoff(t *testing.T) {
+	down := newReceiver(t, 503)
+	h := startHarness(t, harnessOptions{hosts: "down.test=127.0.0.1:" + down.port(), retryFor: time.Hour,
+		backoff: time.Second, realRedis: true})
+	ctx := context.Background()
+	var runs []string
+	for i := range 3 {
+		id := fmt.Sprintf("run_dave_%d", i)
+		runs = append(runs, id)
+		h.finishRun("dave", id, "~dave~c-"+id, "http://down.test:"+down.port()+"/hook")
+	}
+	h.relayAll()
+	deadline := time.Now().Add(3 * time.Second)
+	asked := 0
+	for time.Now().Before(deadline) {
+		for _, id := range runs {
+			if _, err := h.svc.Redeliver(ctx, id, false); err != nil {
+				t.Fatal(err)
+			}
+			asked++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := len(down.requests())
+	t.Logf("asked %d times in 3 s; the receiver got %d attempts", asked, got)
+	// Three first attempts and their first retries (one second later)
+	// open the circuit; one probe at most follows in the 3 s.
+	if got > circuitFailures+2 {
+		t.Errorf("the receiver got %d attempts in 3 s of redeliveries; want at most %d", got, circuitFailures+2)
+	}
+	if n := testutil.ToFloat64(h.svc.metrics.deferred.WithLabelValues("dave", deferredCircuit)); n == 0 {
+		t.Error("none of dave's webhooks was deferred for the open circuit")
 	}
 }
