@@ -90,24 +90,18 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	now := time.Now().UTC()
 	nb := runbox.NewBatch{ID: "batch_" + randomHex(12), Client: c, CreatedAt: now, Queue: s.sched.SharedQueue(),
 		IdempotencyKey: req.IdempotencyKey, Window: batchWindow(ctx, infos)}
-	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
-	hooks := 0
 	for i, r := range req.Runs {
-		br, err := s.batchRun(ctx, r, names, callbacks, now)
+		br, err := s.batchRun(ctx, r, names, now)
 		if err != nil {
 			return BatchCreated{}, atIndex(i, err)
 		}
 		nb.Runs = append(nb.Runs, br)
 		keys = append(keys, br.Run.ConversationID)
-		hooks += webhooksOf(br.Callback)
 	}
-	cb, err := s.callback(ctx, req.CallbackURL, true)
+	hooks, err := s.batchCallbacks(ctx, &nb, req.CallbackURL)
 	if err != nil {
 		return BatchCreated{}, err
-	}
-	if nb.Callback = cb.URL; cb.URL != "" {
-		hooks++
 	}
 	if err := s.admitBatch(ctx, keys); err != nil {
 		s.Metrics.Limited(c, runbox.ErrorCode(err))
@@ -138,16 +132,10 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	return out, nil
 }
 
-// checkedCallback is a callback URL as checked, once per batch.
-type checkedCallback struct {
-	cb  runbox.Callback
-	err error
-}
-
 // batchRun checks a run of a batch as Submit checks a run, with what the
-// batch has read once: the languages the executors offer, the callbacks
-// checked so far.
-func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, callbacks map[string]checkedCallback, now time.Time) (runbox.BatchRun, error) {
+// batch has read once: the languages the executors offer. Its callback is
+// checked with the batch's others (batchCallbacks).
+func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, now time.Time) (runbox.BatchRun, error) {
 	if r.IdempotencyKey != "" {
 		return runbox.BatchRun{}, runbox.Errorf(runbox.EInvalid, "idempotency_key: a batch takes one of its own, not one per run")
 	}
@@ -176,18 +164,6 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 	if spec.Language, err = languageIn(names, spec.Language); err != nil {
 		return runbox.BatchRun{}, err
 	}
-	var cb runbox.Callback
-	if url := spec.CallbackURL; url != "" {
-		checked, ok := callbacks[url]
-		if !ok {
-			checked.cb, checked.err = s.callback(ctx, url, false)
-			callbacks[url] = checked
-		}
-		if checked.err != nil {
-			return runbox.BatchRun{}, checked.err
-		}
-		cb = checked.cb
-	}
 	id := "run_" + randomHex(12)
 	task, err := s.sched.StoredTask(id, spec.Timeout())
 	if err != nil {
@@ -196,7 +172,7 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 	return runbox.BatchRun{
 		Run: runbox.Run{ID: id, ConversationID: spec.ConversationID, Language: spec.Language, Status: runbox.StatusQueued,
 			Interactive: spec.Interactive, CreatedAt: now},
-		Spec: spec, Task: task, Callback: cb,
+		Spec: spec, Task: task,
 	}, nil
 }
 
