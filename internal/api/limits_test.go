@@ -126,17 +126,25 @@ func TestBodyGateRefusesBeforeReading(t *testing.T) {
 	}
 }
 
-func TestBodyGateBudget(t *testing.T) {
-	const limit = 1 << 20
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	srv, _ := gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
+// holdingServer serves bodies behind a gate whose budget is one body of
+// limit: a request with the header X-Hold reads its body, calls held, says
+// so on inside and waits for release to close.
+func holdingServer(t *testing.T, limit int64, held func(*http.Request)) (srv *httptest.Server, inside, release chan struct{}) {
+	inside, release = make(chan struct{}), make(chan struct{})
+	srv, _ = gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.Header.Get("X-Hold") != "" {
+			held(r)
 			inside <- struct{}{}
 			<-release
 		}
 	})
+	return srv, inside, release
+}
+
+func TestBodyGateBudget(t *testing.T) {
+	const limit = 1 << 20
+	srv, inside, release := holdingServer(t, limit, func(*http.Request) {})
 	post := func(hold bool, size int) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(make([]byte, size)))
 		if hold {
@@ -175,16 +183,9 @@ func TestBodyGateBudget(t *testing.T) {
 // callbacks' DNS took).
 func TestBodyGateReleasedOnceDecoded(t *testing.T) {
 	const limit = 1 << 20
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	srv, _ := gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if r.Header.Get("X-Hold") != "" {
-			runs.ReleaseBody(r.Context())
-			runs.ReleaseBody(r.Context()) // twice is once
-			inside <- struct{}{}
-			<-release
-		}
+	srv, inside, release := holdingServer(t, limit, func(r *http.Request) {
+		runs.ReleaseBody(r.Context())
+		runs.ReleaseBody(r.Context()) // twice is once
 	})
 	var wg sync.WaitGroup
 	wg.Go(func() {

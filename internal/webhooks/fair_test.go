@@ -211,6 +211,21 @@ func carolsWebhook(h *harness, fast *receiver) time.Duration {
 	return time.Since(start)
 }
 
+// checkFair checks that carol's webhook took seconds beside bob's, and
+// that bob's receiver never held more than his share of the workers.
+func checkFair(t *testing.T, took time.Duration, slow *receiver) {
+	t.Helper()
+	if took > 10*time.Second {
+		t.Errorf("carol's webhook took %v beside bob's hanging ones; want seconds", took)
+	}
+	slow.mu.Lock()
+	most := slow.most
+	slow.mu.Unlock()
+	if most > DefaultPerClient {
+		t.Errorf("bob's receiver held %d requests at once; his share is %d", most, DefaultPerClient)
+	}
+}
+
 // TestFairAcrossClients: one client's 300 webhooks to a receiver that
 // accepts and never answers hold at most its share of the workers, not
 // all of them: another client's webhook, relayed after them, is delivered
@@ -219,15 +234,7 @@ func TestFairAcrossClients(t *testing.T) {
 	h, slow, fast, _ := hangingHarness(t, 300, harnessOptions{})
 	took := carolsWebhook(h, fast)
 	t.Logf("carol's webhook, behind bob's 300 hanging ones, was delivered %v after it was relayed", took.Round(time.Millisecond))
-	if took > 10*time.Second {
-		t.Errorf("carol's webhook took %v behind bob's hanging ones; want seconds", took)
-	}
-	slow.mu.Lock()
-	most := slow.most
-	slow.mu.Unlock()
-	if most > DefaultPerClient {
-		t.Errorf("bob's receiver held %d requests at once; his share is %d", most, DefaultPerClient)
-	}
+	checkFair(t, took, slow)
 	if n := testutil.ToFloat64(h.svc.metrics.deferred.WithLabelValues("bob", deferredBusy)); n == 0 {
 		t.Error("none of bob's webhooks was deferred")
 	}
@@ -265,15 +272,7 @@ func TestRedeliveryLoopCannotStarve(t *testing.T) {
 	close(stop)
 	asked := <-done
 	t.Logf("carol's webhook was delivered %v after it was relayed, while bob asked for his %d times", took.Round(time.Millisecond), asked)
-	if took > 10*time.Second {
-		t.Errorf("carol's webhook took %v beside bob's redeliveries; want seconds", took)
-	}
-	slow.mu.Lock()
-	most := slow.most
-	slow.mu.Unlock()
-	if most > DefaultPerClient {
-		t.Errorf("bob's receiver held %d requests at once; his share is %d", most, DefaultPerClient)
-	}
+	checkFair(t, took, slow)
 }
 
 // TestRedeliveryKeepsBackoff: a client that asks again and again for
