@@ -10,8 +10,10 @@
 // tells of (internal/store); the Relay moves the outbox into the queue
 // (the task's id is the webhook's, so moving one twice makes one task);
 // the queue's worker (queue.WebhookWorker) hands them to the Service,
-// which delivers. The Service also checks callbacks when runs are
-// submitted, and answers for deliveries.
+// which delivers — each api's workers shared between clients, and a
+// failing receiver's host left to cool down (fair.go). The Service also
+// checks callbacks when runs are submitted (a request's together, within
+// one bound of time), and answers for deliveries.
 package webhooks
 
 import (
