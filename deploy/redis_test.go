@@ -12,18 +12,12 @@ import (
 // evicts (runbox's state must not be dropped to make room: past the bound
 // writes are refused, and the api and executors say so).
 func TestComposeBoundsRedis(t *testing.T) {
-	b, err := os.ReadFile("../docker-compose.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f struct {
 		Services map[string]struct {
 			Command []string `yaml:"command"`
 		} `yaml:"services"`
 	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readCompose(t, &f)
 	cmd := f.Services["redis"].Command
 	at := func(flag string) string {
 		i := slices.Index(cmd, flag)
@@ -37,5 +31,17 @@ func TestComposeBoundsRedis(t *testing.T) {
 	}
 	if at("--appendonly") != "yes" {
 		t.Errorf("redis runs %q: the image's AOF settings are lost", cmd)
+	}
+}
+
+// readCompose decodes docker-compose.yml into v.
+func readCompose(t *testing.T, v any) {
+	t.Helper()
+	b, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
 	}
 }

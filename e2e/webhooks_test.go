@@ -309,6 +309,17 @@ func TestWebhooks(t *testing.T) {
 				t.Errorf("webhook of %s not signed", id)
 			}
 		}
+		// The execution ran in the session's conversation: its webhook
+		// does not name the session (its id is what reaches it).
+		var env envelope
+		var run struct {
+			ConversationID string `json:"conversationId"`
+		}
+		body := rcv.of(completedID(ex.ExecutionID))[0].Body
+		if err := json.Unmarshal(body, &env); err != nil || json.Unmarshal(env.Data, &run) != nil || run.ConversationID != "mcp-session" ||
+			cs.ID() != "" && strings.Contains(string(body), cs.ID()) {
+			t.Errorf("the execution's webhook tells of its conversation as %q (session %q): %s", run.ConversationID, cs.ID(), body)
+		}
 		res = call(t, cs, "start_run", map[string]any{"language": "bash", "code": "true", "callback_url": "https://127.0.0.1/"}, nil)
 		var te toolError
 		if b, _ := json.Marshal(res.StructuredContent); !res.IsError || json.Unmarshal(b, &te) != nil || te.Error != "invalid_argument" ||

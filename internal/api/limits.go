@@ -14,6 +14,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/runs"
 )
 
 // Timeouts of the HTTP server. A request's head and body must arrive
@@ -86,6 +87,11 @@ func (g *bodyGate) wrap(h http.Handler) http.Handler {
 		}
 		body := &gatedBody{r: http.MaxBytesReader(w, r.Body, max), rc: rc, gate: g, reserved: reserve, length: r.ContentLength}
 		defer body.release()
+		if reserve > 0 {
+			// A batch gives its share back once decoded and checked,
+			// before it waits on its callbacks' DNS (runs.ReleaseBody).
+			r = r.WithContext(runs.WithBody(r.Context(), body.release))
+		}
 		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 			// Nothing to read: the handler may stream for as long as it
 			// needs.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
+	"github.com/runbox-dev/runbox/internal/runs"
 )
 
 // countingReader is a body of n bytes that counts what was taken of it.
@@ -125,17 +126,25 @@ func TestBodyGateRefusesBeforeReading(t *testing.T) {
 	}
 }
 
-func TestBodyGateBudget(t *testing.T) {
-	const limit = 1 << 20
-	inside := make(chan struct{})
-	release := make(chan struct{})
-	srv, _ := gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
+// holdingServer serves bodies behind a gate whose budget is one body of
+// limit: a request with the header X-Hold reads its body, calls held, says
+// so on inside and waits for release to close.
+func holdingServer(t *testing.T, limit int64, held func(*http.Request)) (srv *httptest.Server, inside, release chan struct{}) {
+	inside, release = make(chan struct{}), make(chan struct{})
+	srv, _ = gateServer(t, limit, limit, 5*time.Second, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.Header.Get("X-Hold") != "" {
+			held(r)
 			inside <- struct{}{}
 			<-release
 		}
 	})
+	return srv, inside, release
+}
+
+func TestBodyGateBudget(t *testing.T) {
+	const limit = 1 << 20
+	srv, inside, release := holdingServer(t, limit, func(*http.Request) {})
 	post := func(hold bool, size int) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(make([]byte, size)))
 		if hold {
@@ -164,6 +173,39 @@ func TestBodyGateBudget(t *testing.T) {
 	wg.Wait()
 	if code := post(false, 10); code != http.StatusOK {
 		t.Errorf("after release: %d", code)
+	}
+}
+
+// TestBodyGateReleasedOnceDecoded: a handler that has decoded its body
+// gives its share of the budget back (runs.ReleaseBody, as a batch does
+// before it waits on its callbacks' DNS): another body is taken while it
+// still waits (issue 46: a batch held its share for as long as its
+// callbacks' DNS took).
+func TestBodyGateReleasedOnceDecoded(t *testing.T) {
+	const limit = 1 << 20
+	srv, inside, release := holdingServer(t, limit, func(r *http.Request) {
+		runs.ReleaseBody(r.Context())
+		runs.ReleaseBody(r.Context()) // twice is once
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(make([]byte, limit)))
+		req.Header.Set("X-Hold", "1")
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("the held request: %v, %v", resp, err)
+		}
+	})
+	<-inside
+	defer wg.Wait()
+	defer close(release)
+	start := time.Now()
+	resp, err := http.Post(srv.URL, "application/octet-stream", bytes.NewReader(make([]byte, limit)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || time.Since(start) > budgetWait/2 {
+		t.Errorf("a whole budget's body beside one decoded and waiting: %d after %v; want 200 at once", resp.StatusCode, time.Since(start))
 	}
 }
 

@@ -49,7 +49,7 @@ func startWebhooks(ctx context.Context, cfg *config.Config, cs clients.Clients, 
 		settings[name] = c
 	}
 	svc := webhooks.New(queue.NewWebhooks(conn), st, webhooks.Options{Policy: policy, Clients: settings,
-		Backoff: cfg.Webhooks.Backoff, RetryFor: cfg.Webhooks.RetryFor, Registry: reg, Logger: log})
+		Backoff: cfg.Webhooks.Backoff, RetryFor: cfg.Webhooks.RetryFor, PerClient: cfg.Webhooks.PerClient, Registry: reg, Logger: log})
 	group := lifecycle.Group{queue.NewWebhookWorker(conn, svc, log.With("component", "webhooks")), webhooks.NewRelay(svc)}
 	if err := group.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, nil, err

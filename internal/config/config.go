@@ -191,6 +191,10 @@ type Webhooks struct {
 	// how long a webhook is retried.
 	Backoff  time.Duration
 	RetryFor time.Duration
+	// PerClient bounds one client's webhooks being sent at once by an
+	// api (WEBHOOK_CONCURRENCY_PER_CLIENT): its share of the api's
+	// webhook workers.
+	PerClient int
 }
 
 // Egress is the egress policy and the proxy's bounds (SANDBOX_EGRESS_*).
@@ -581,6 +585,8 @@ func (p *parser) webhooks(deny egress.Ranges) Webhooks {
 	w := Webhooks{
 		Backoff:  p.duration("WEBHOOK_BACKOFF", 5*time.Second),
 		RetryFor: p.duration("WEBHOOK_RETRY_FOR", 24*time.Hour),
+		// The default is webhooks.DefaultPerClient: 4 of an api's 16.
+		PerClient: p.positive("WEBHOOK_CONCURRENCY_PER_CLIENT", 4),
 	}
 	for v := range strings.SplitSeq(p.str("WEBHOOK_SECRET", ""), ",") {
 		if v = strings.TrimSpace(v); v != "" {

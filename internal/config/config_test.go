@@ -278,24 +278,27 @@ func TestWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := c.Webhooks; len(w.Secret) != 0 || len(w.Allow) != 0 || len(w.Hosts) != 0 || w.Backoff != 5*time.Second || w.RetryFor != 24*time.Hour {
+	if w := c.Webhooks; len(w.Secret) != 0 || len(w.Allow) != 0 || len(w.Hosts) != 0 || w.Backoff != 5*time.Second || w.RetryFor != 24*time.Hour ||
+		w.PerClient != 4 {
 		t.Errorf("defaults %+v", w)
 	}
 	const s1, s2 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_dGhlLW5ldy1zZWNyZXQtb2YtdGhpcnR5LXR3by1ieXQ="
 	c, err = FromEnv(env(map[string]string{
 		"WEBHOOK_SECRET": s2 + ", " + s1, "WEBHOOK_ALLOW": "hooks.example.com,*.example.org",
 		"WEBHOOK_HOSTS": "recv.test=127.0.0.1:9999", "WEBHOOK_BACKOFF": "1s", "WEBHOOK_RETRY_FOR": "1h",
+		"WEBHOOK_CONCURRENCY_PER_CLIENT": "2",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := c.Webhooks
 	if !slices.Equal(w.Secret, []string{s2, s1}) || strings.Join(w.Allow.Strings(), ",") != "hooks.example.com,*.example.org" ||
-		w.Hosts["recv.test"].Port != 9999 || w.Backoff != time.Second || w.RetryFor != time.Hour || !slices.Contains(c.Secrets, s2) || !slices.Contains(c.Secrets, s1) {
+		w.Hosts["recv.test"].Port != 9999 || w.Backoff != time.Second || w.RetryFor != time.Hour || w.PerClient != 2 || !slices.Contains(c.Secrets, s2) || !slices.Contains(c.Secrets, s1) {
 		t.Errorf("values %+v", w)
 	}
 	for name, v := range map[string]string{"WEBHOOK_SECRET": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_ALLOW": "127.0.0.1",
-		"WEBHOOK_HOSTS": "recv.test", "WEBHOOK_BACKOFF": "soon", "WEBHOOK_RETRY_FOR": "-1h"} {
+		"WEBHOOK_HOSTS": "recv.test", "WEBHOOK_BACKOFF": "soon", "WEBHOOK_RETRY_FOR": "-1h",
+		"WEBHOOK_CONCURRENCY_PER_CLIENT": "0"} {
 		_, err := FromEnv(env(map[string]string{name: v}))
 		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "MfKQ9r8") {
 			t.Errorf("%s=%s: %v", name, v, err)

@@ -314,25 +314,35 @@ func OwnAddresses() (map[netip.Addr]bool, error) {
 }
 
 // reserved are the ranges no name resolved through DNS may lead to,
-// beyond what netip's predicates name: shared address space, benchmark,
-// documentation and reserved ranges, and the IPv6 prefixes that embed an
-// IPv4 address (NAT64, 6to4, Teredo).
+// beyond what netip's predicates name: every entry of IANA's IPv4 and
+// IPv6 Special-Purpose Address Registries that is not globally reachable
+// (shared address space, IETF protocol assignments, benchmarking,
+// documentation, the deprecated 6to4 relay anycast, reserved, discard-only,
+// the dummy prefix, segment routing), and the IPv6 prefixes that embed an
+// IPv4 address (NAT64, 6to4, Teredo). IPv6 outside global unicast
+// (2000::/3) is refused before these are looked at (Forbidden): that
+// covers the IPv4-compatible ::/96, the IPv4-translated ::ffff:0:0:0/96,
+// the discard-only 100::/64, 5f00::/16 and the site-local fec0::/10.
 var reserved = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("192.88.99.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("2001::/23"),
 	netip.MustParsePrefix("2001:db8::/32"),
 	netip.MustParsePrefix("2002::/16"),
-	netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("3fff::/20"),
 }
+
+// globalUnicast6 is the IPv6 space IANA allocates for global unicast: no
+// name may lead to an IPv6 address outside it (IPv4-mapped ones are
+// judged as the IPv4 address they carry).
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 
 // Forbidden says why a name resolved through DNS may not lead to a, or ""
 // when it may. own holds the host's own addresses.
@@ -347,7 +357,7 @@ func Forbidden(a netip.Addr, own map[netip.Addr]bool) string {
 		return "a private address"
 	case own[a]:
 		return "an address of the runbox host"
-	case a.IsUnspecified() || a.IsMulticast() || !a.IsGlobalUnicast():
+	case a.IsUnspecified() || a.IsMulticast() || !a.IsGlobalUnicast() || a.Is6() && !globalUnicast6.Contains(a):
 		return "an address that is not a public one"
 	}
 	for _, p := range reserved {

@@ -114,6 +114,15 @@ func TestForbidden(t *testing.T) {
 		"169.254.169.254": true, "fe80::1": true, "fd00::1": true, "0.0.0.0": true, "::": true, "100.64.0.1": true,
 		"224.0.0.1": true, "::ffff:127.0.0.1": true, "64:ff9b::7f00:1": true, "2002:7f00:1::": true, "203.0.114.7": true,
 		"240.0.0.1": true, "255.255.255.255": true,
+		// The rest of IANA's special-purpose registries: IPv4-compatible
+		// (::/96), IPv4-translated (::ffff:0:0:0/96), discard-only,
+		// dummy, segment routing, reserved IPv6 outside 2000::/3, IETF
+		// protocol assignments (2001::/23), documentation (3fff::/20),
+		// the 6to4 relay anycast, NAT64's local use.
+		"::7f00:1": true, "::a00:1": true, "::5db8:d822": true, "::ffff:0:5db8:d822": true, "::ffff:0:7f00:1": true,
+		"100::1": true, "100:0:0:1::1": true, "5f00::1": true, "4000::1": true, "fec0::1": true, "2001:2::1": true,
+		"2001:10::1": true, "2001:20::1": true, "3fff::1": true, "3fff:fff:ffff::1": true, "192.88.99.1": true,
+		"64:ff9b:1::1": true, "192.0.0.9": true,
 		"1.1.1.1": false, "93.184.216.34": false, "2606:4700:4700::1111": false,
 	} {
 		if got := Forbidden(netip.MustParseAddr(addr), own) != ""; got != want {

@@ -74,18 +74,17 @@ func (q *Webhooks) Enqueue(ctx context.Context, id string) (bool, error) {
 }
 
 // Requeue makes webhook id's task pending: a new task when asynq has none
-// or is done with it, the waiting one run now when it waits for a retry.
+// or is done with it. One that waits — for its retry's back-off, or
+// deferred by the handler (a busy client, a failing receiver) — is left
+// to come at its time: asking for a delivery again does not skip a
+// back-off, so that a loop of such requests cannot make a failing
+// receiver's attempts hold the workers.
 func (q *Webhooks) Requeue(ctx context.Context, id string) error {
 	info, err := q.inspector.GetTaskInfo(WebhookQueue, id)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
 	case err != nil:
 		return fmt.Errorf("redeliver webhook %s: %w", id, err)
-	case info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled:
-		if err := q.inspector.RunTask(WebhookQueue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return fmt.Errorf("redeliver webhook %s: %w", id, err)
-		}
-		return nil
 	case info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted:
 		if err := q.inspector.DeleteTask(WebhookQueue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return fmt.Errorf("redeliver webhook %s: %w", id, err)
@@ -102,7 +101,9 @@ func (q *Webhooks) Requeue(ctx context.Context, id string) error {
 type WebhookHandler interface {
 	// Deliver makes one attempt to deliver webhook id, retried times
 	// retried before. An error is retried after RetryDelay, unless it is
-	// final: the task is then archived.
+	// final: the task is then archived. An error with a method
+	// Defer() time.Duration (webhooks.Deferred) is a webhook not
+	// attempted: handed back for that long, not counted as a retry.
 	Deliver(ctx context.Context, id string, retried int) (final bool, err error)
 	// RetryDelay is the wait before attempt n+1 of webhook id.
 	RetryDelay(id string, n int) time.Duration
@@ -121,7 +122,16 @@ func NewWebhookWorker(conn Conn, h WebhookHandler, log *slog.Logger) *WebhookWor
 	return &WebhookWorker{h: h, srv: asynq.NewServer(conn, asynq.Config{
 		Concurrency: WebhookConcurrency,
 		Queues:      map[string]int{WebhookQueue: 1},
-		RetryDelayFunc: func(n int, _ error, t *asynq.Task) time.Duration {
+		// A deferral is no failure: asynq neither counts it as a retry
+		// nor as failed.
+		IsFailure: func(err error) bool {
+			_, deferred := deferredFor(err)
+			return !deferred
+		},
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if d, ok := deferredFor(err); ok {
+				return d
+			}
 			var p webhookPayload
 			_ = json.Unmarshal(t.Payload(), &p)
 			return h.RetryDelay(p.ID, n)
@@ -148,6 +158,15 @@ func (w *WebhookWorker) Start(context.Context) error {
 // Stop stops taking webhooks and waits for those under way (at most
 // webhookShutdownWait).
 func (w *WebhookWorker) Stop() { w.srv.Shutdown() }
+
+// deferredFor says how long a webhook the handler did not attempt waits.
+func deferredFor(err error) (time.Duration, bool) {
+	var d interface{ Defer() time.Duration }
+	if errors.As(err, &d) {
+		return d.Defer(), true
+	}
+	return 0, false
+}
 
 // process hands one task to the handler; a final error is not retried.
 func (w *WebhookWorker) process(ctx context.Context, t *asynq.Task) error {

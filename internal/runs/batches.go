@@ -92,28 +92,25 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 		s.limited(ctx, err)
 		return BatchCreated{}, err
 	}
-	callbacks := map[string]checkedCallback{}
 	keys := make([]string, 0, len(req.Runs))
-	hooks, seconds := 0, 0
+	seconds := 0
 	for i, r := range req.Runs {
-		br, err := s.batchRun(ctx, r, names, callbacks, now)
+		br, err := s.batchRun(ctx, r, names, now)
 		if err != nil {
 			return BatchCreated{}, atIndex(i, err)
 		}
 		nb.Runs = append(nb.Runs, br)
 		keys = append(keys, br.Run.ConversationID)
-		hooks += webhooksOf(br.Callback)
 		seconds += br.Spec.TimeoutSeconds
 	}
-	cb, err := s.callback(ctx, req.CallbackURL, true)
-	if err != nil {
-		return BatchCreated{}, err
-	}
-	if nb.Callback = cb.URL; cb.URL != "" {
-		hooks++
-	}
+	// The client's limits first: its callbacks' names are looked up
+	// (seconds) only for a batch they admit.
 	if err := s.admitBatch(ctx, keys, seconds); err != nil {
 		s.limited(ctx, err)
+		return BatchCreated{}, err
+	}
+	hooks, err := s.batchCallbacks(ctx, &nb, req.CallbackURL)
+	if err != nil {
 		return BatchCreated{}, err
 	}
 	if err := s.admitWebhooks(ctx, hooks); err != nil {
@@ -142,16 +139,10 @@ func (s *Service) SubmitBatch(ctx context.Context, req BatchRequest) (BatchCreat
 	return out, nil
 }
 
-// checkedCallback is a callback URL as checked, once per batch.
-type checkedCallback struct {
-	cb  runbox.Callback
-	err error
-}
-
 // batchRun checks a run of a batch as Submit checks a run, with what the
-// batch has read once: the languages the executors offer, the callbacks
-// checked so far.
-func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, callbacks map[string]checkedCallback, now time.Time) (runbox.BatchRun, error) {
+// batch has read once: the languages the executors offer. Its callback is
+// checked with the batch's others (batchCallbacks).
+func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, now time.Time) (runbox.BatchRun, error) {
 	if r.IdempotencyKey != "" {
 		return runbox.BatchRun{}, runbox.Errorf(runbox.EInvalid, "idempotency_key: a batch takes one of its own, not one per run")
 	}
@@ -175,18 +166,6 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 	if spec.Language, err = languageIn(names, spec.Language); err != nil {
 		return runbox.BatchRun{}, err
 	}
-	var cb runbox.Callback
-	if url := spec.CallbackURL; url != "" {
-		checked, ok := callbacks[url]
-		if !ok {
-			checked.cb, checked.err = s.callback(ctx, url, false)
-			callbacks[url] = checked
-		}
-		if checked.err != nil {
-			return runbox.BatchRun{}, checked.err
-		}
-		cb = checked.cb
-	}
 	id := "run_" + randomHex(12)
 	task, err := s.sched.StoredTask(id, spec.Timeout())
 	if err != nil {
@@ -195,7 +174,7 @@ func (s *Service) batchRun(ctx context.Context, r StartRequest, names []string, 
 	return runbox.BatchRun{
 		Run: runbox.Run{ID: id, ConversationID: spec.ConversationID, Language: spec.Language, Status: runbox.StatusQueued,
 			Interactive: spec.Interactive, CreatedAt: now},
-		Spec: spec, Task: task, Callback: cb,
+		Spec: spec, Task: task,
 	}, nil
 }
 

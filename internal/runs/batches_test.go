@@ -57,6 +57,14 @@ func (callbacks) Callback(_ context.Context, _, url string, fallback bool) (runb
 	return runbox.Callback{}, runbox.Errorf(runbox.EInvalid, "callback_url: %s is not allowed", url)
 }
 
+func (c callbacks) Callbacks(ctx context.Context, client string, urls []string) ([]runbox.Callback, []error) {
+	cbs, errs := make([]runbox.Callback, len(urls)), make([]error, len(urls))
+	for i, u := range urls {
+		cbs[i], errs[i] = c.Callback(ctx, client, u, false)
+	}
+	return cbs, errs
+}
+
 func (callbacks) Admit(context.Context, string, int) error { return nil }
 
 func batchOf(n int) BatchRequest {

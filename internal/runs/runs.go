@@ -151,6 +151,10 @@ type Callbacks interface {
 	// Callback checks url as client's callback, or with url empty and
 	// fallback set, gives the client's default; zero: none.
 	Callback(ctx context.Context, client, url string, fallback bool) (runbox.Callback, error)
+	// Callbacks checks urls (none empty) as client's callbacks together,
+	// within one bound of time; each url's callback or why it was
+	// refused, in order.
+	Callbacks(ctx context.Context, client string, urls []string) ([]runbox.Callback, []error)
 	// Admit refuses n more webhooks of client past its bound.
 	Admit(ctx context.Context, client string, n int) error
 }

@@ -72,6 +72,12 @@ func TestNormalize(t *testing.T) {
 func newService(t *testing.T) (*Service, *store.Store, redis.UniversalClient) {
 	t.Helper()
 	_, url := testenv.Miniredis(t)
+	return newServiceOn(t, url)
+}
+
+// newServiceOn is newService on the Redis at url.
+func newServiceOn(t *testing.T, url string) (*Service, *store.Store, redis.UniversalClient) {
+	t.Helper()
 	rdb := testenv.Client(t, url)
 	conn := store.NewConn(rdb)
 	st := store.New(conn)

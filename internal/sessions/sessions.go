@@ -39,6 +39,22 @@ func Conversation(ref Ref) string {
 	return "mcp-" + ref.ID
 }
 
+// Hidden is how a session's conversation is named outside the session —
+// in a webhook's body, whose receiver is in no session — in place of
+// "mcp-<session id>": a session's id is what reaches its conversation,
+// and the contract never tells it outside the session.
+const Hidden = "mcp-session"
+
+// Redact returns conversation id as it is told outside its session: a
+// session's conversation as Hidden; the sessionless scope's and any
+// other as they are.
+func Redact(id string) string {
+	if sid, ok := strings.CutPrefix(id, "mcp-"); ok && ValidID(sid) {
+		return Hidden
+	}
+	return id
+}
+
 // Reaches reports whether the call of ctx may reach its client's
 // conversation id. A session's conversation (Conversation) is its scope:
 // only calls in that session reach it — its runs, its files, its

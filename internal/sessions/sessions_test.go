@@ -166,3 +166,19 @@ func TestEndRetried(t *testing.T) {
 		t.Errorf("a finished end was tried again: %v", *ended)
 	}
 }
+
+// TestRedact: a session's conversation is told outside it without the
+// session's id; the sessionless scope and other conversations as they are.
+func TestRedact(t *testing.T) {
+	for id, want := range map[string]string{
+		"mcp-ABCDEFGHIJKLMNOPQRSTUVWXYZ": Hidden,
+		"mcp-sessionless":                "mcp-sessionless",
+		"mcp-session":                    "mcp-session",
+		"mcp-notasession":                "mcp-notasession",
+		"analysis":                       "analysis",
+	} {
+		if got := Redact(id); got != want {
+			t.Errorf("Redact(%q) = %q; want %q", id, got, want)
+		}
+	}
+}

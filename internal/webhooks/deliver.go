@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sessions"
 	"github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
@@ -58,7 +59,9 @@ func (s *Service) RetryDelay(id string, n int) time.Duration { return s.delay(id
 // delivers it and a 410 ends it (the receiver is gone); anything else is
 // retried, after delay, while the webhook's time (WEBHOOK_RETRY_FOR since
 // it was relayed or asked for again) lasts: past it the error is final.
-// Every attempt is recorded.
+// Every attempt is recorded. A webhook whose client has its share of the
+// workers busy, or whose target's circuit is open, is not attempted: the
+// error is a *Deferred (fair.go).
 func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, error) {
 	w, err := s.store.Webhook(ctx, id)
 	if errors.Is(err, runbox.ErrWebhookNotFound) {
@@ -75,6 +78,13 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 	if since.IsZero() {
 		since = w.Created
 	}
+	p, wait, why := s.fair.take(w.Client, w.URL, since.Add(s.o.RetryFor))
+	if p == nil {
+		s.metrics.deferred.WithLabelValues(w.Client, why).Inc()
+		return false, &Deferred{For: wait, Why: why}
+	}
+	h := untried
+	defer func() { s.fair.done(p, h) }()
 	n, err := s.store.BeginAttempt(ctx, w.ID)
 	if err != nil {
 		return false, err
@@ -84,22 +94,8 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 	code, final, err := s.attempt(ctx, w, start)
 	d.DurationMS = s.o.Clock.Since(start).Milliseconds()
 	d.StatusCode = code
-	state := ""
-	switch {
-	case err != nil && final:
-		d.Error, state = err.Error(), runbox.WebhookFailed
-	case err != nil:
-		d.Error = err.Error()
-	case code >= 200 && code < 300:
-		state = runbox.WebhookDelivered
-	case code == http.StatusGone:
-		d.Error, state = "the receiver answered 410 Gone: not tried again", runbox.WebhookGone
-	default:
-		d.Error = "the receiver answered " + strconv.Itoa(code)
-		if code >= 300 && code < 400 {
-			d.Error += ": redirects are not followed"
-		}
-	}
+	var state string
+	state, h = judge(&d, code, final, err)
 	if state == "" && start.Add(s.delay(w.ID, retried)).After(since.Add(s.o.RetryFor)) {
 		state = runbox.WebhookFailed
 		d.Error += "; given up after " + s.o.RetryFor.String()
@@ -124,6 +120,50 @@ func (s *Service) Deliver(ctx context.Context, id string, retried int) (bool, er
 	}
 	return false, nil
 }
+
+// judge says what an attempt's answer (code, or err, final when no retry
+// can mend it) comes to — the webhook's new state, "" while it is to be
+// retried — and what it told of the target; it writes the attempt's
+// error into d.
+func judge(d *runbox.Delivery, code int, final bool, err error) (string, health) {
+	switch {
+	case err != nil && final:
+		d.Error = err.Error()
+		return runbox.WebhookFailed, untried
+	case err != nil:
+		d.Error = err.Error()
+		return "", failing
+	case code >= 200 && code < 300:
+		return runbox.WebhookDelivered, answered
+	case code == http.StatusGone:
+		d.Error = "the receiver answered 410 Gone: not tried again"
+		return runbox.WebhookGone, answered
+	}
+	d.Error = "the receiver answered " + strconv.Itoa(code)
+	if code >= 300 && code < 400 {
+		d.Error += ": redirects are not followed"
+	}
+	if code >= 500 || code == http.StatusTooManyRequests {
+		return "", failing
+	}
+	return "", answered
+}
+
+// Deferred is a webhook not attempted now (fair.go): its client has its
+// share of the api's workers busy, or its target's circuit is open. The
+// queue hands it back to wait For, not counted as a retry.
+type Deferred struct {
+	For time.Duration
+	Why string // client_busy, circuit_open
+}
+
+func (d *Deferred) Error() string {
+	return "deferred for " + d.For.Round(time.Millisecond).String() + ": " + d.Why
+}
+
+// Defer is how long the webhook waits before it is looked at again
+// (queue.WebhookHandler).
+func (d *Deferred) Defer() time.Duration { return d.For }
 
 func outcome(state string) string {
 	if state == "" {
@@ -270,8 +310,10 @@ func expired(err error, what string) error {
 	return err
 }
 
-// Public is a run's record as its client sees it: its conversation by
-// the id the client gave.
+// Public is a run's record as its client's receiver sees it: its
+// conversation by the id the client gave, or, for a run of an MCP
+// session's conversation (the commands tools'), without the session's id
+// (sessions.Redact): the receiver is outside the session.
 func Public(run runbox.Run) runbox.Run {
 	run.ConversationID = publicID(run.ConversationID)
 	if run.Result != nil {
@@ -284,7 +326,7 @@ func Public(run runbox.Run) runbox.Run {
 
 func publicID(key string) string {
 	if _, id, ok := runbox.ParseConversationKey(key); ok {
-		return id
+		return sessions.Redact(id)
 	}
 	return key
 }

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -55,6 +56,8 @@ type receiver struct {
 	got   []received
 	// abandoned counts the requests held (hang) that the sender gave up.
 	abandoned int
+	// held is how many requests are held now, most the most at once.
+	held, most int
 	// extra headers of the answers (Location).
 	header http.Header
 }
@@ -78,9 +81,14 @@ func newReceiver(t *testing.T, codes ...int) *receiver {
 		}
 		r.mu.Unlock()
 		if code == hang {
+			r.mu.Lock()
+			r.held++
+			r.most = max(r.most, r.held)
+			r.mu.Unlock()
 			<-req.Context().Done()
 			r.mu.Lock()
 			r.abandoned++
+			r.held--
 			r.mu.Unlock()
 			return
 		}
@@ -127,26 +135,49 @@ type harness struct {
 	reg   *prometheus.Registry
 }
 
+// harnessOptions configure a harness: WEBHOOK_HOSTS, WEBHOOK_RETRY_FOR,
+// the attempt's timeout (0: the default), WEBHOOK_BACKOFF (0: 50 ms),
+// the resolver of other names, and a real Redis (else miniredis).
+type harnessOptions struct {
+	hosts                      string
+	retryFor, attempt, backoff time.Duration
+	resolver                   egress.Resolver
+	realRedis                  bool
+}
+
 // newHarness's attempt is Options.AttemptTimeout (0: the default).
 func newHarness(t *testing.T, hosts string, retryFor, attempt time.Duration, resolver egress.Resolver) *harness {
-	_, url := testenv.Miniredis(t)
+	return startHarness(t, harnessOptions{hosts: hosts, retryFor: retryFor, attempt: attempt, resolver: resolver})
+}
+
+// startHarness starts a harness whose clients alice (told of runs'
+// starts too), bob, carol and dave may have callbacks to recv.test,
+// redirect.test, rebind.example and every name under .test.
+func startHarness(t *testing.T, o harnessOptions) *harness {
+	var url string
+	if o.realRedis {
+		url = testenv.Redis(t)
+	} else {
+		_, url = testenv.Miniredis(t)
+	}
 	rdb := testenv.Client(t, url)
 	conn := store.NewConn(rdb)
 	st := store.New(conn)
-	h, err := egress.ParseHosts(hosts)
+	h, err := egress.ParseHosts(o.hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	allow, _ := egress.ParseList("recv.test,redirect.test,rebind.example")
+	allow, _ := egress.ParseList("recv.test,redirect.test,rebind.example,*.test")
 	secrets, err := signature.Parse([]string{newSecret, oldSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	svc := New(queue.NewWebhooks(conn), st, Options{
-		Policy:  &Policy{Allow: allow, Hosts: h, Resolver: resolver, Own: func() map[netip.Addr]bool { return nil }},
-		Clients: map[string]Client{"alice": {Secrets: secrets, Started: true}},
-		Backoff: 50 * time.Millisecond, RetryFor: retryFor, AttemptTimeout: attempt, Registry: reg,
+		Policy: &Policy{Allow: allow, Hosts: h, Resolver: o.resolver, Own: func() map[netip.Addr]bool { return nil }},
+		Clients: map[string]Client{"alice": {Secrets: secrets, Started: true}, "bob": {Secrets: secrets},
+			"carol": {Secrets: secrets}, "dave": {Secrets: secrets}},
+		Backoff: cmp.Or(o.backoff, 50*time.Millisecond), RetryFor: o.retryFor, AttemptTimeout: o.attempt, Registry: reg,
 	})
 	w := queue.NewWebhookWorker(conn, svc, svc.log)
 	if err := w.Start(context.Background()); err != nil {
@@ -157,17 +188,25 @@ func newHarness(t *testing.T, hosts string, retryFor, attempt time.Duration, res
 }
 
 // endRun makes a run of alice with a callback to url, starts and ends it,
-// and relays its webhooks. It returns the run's id.
+// and relays its webhooks.
 func (h *harness) endRun(id, url string) {
 	h.t.Helper()
+	h.finishRun("alice", id, "~alice~c-"+id, url)
+	h.relayAll()
+}
+
+// finishRun makes a run of client in conversation key cid with a
+// callback to url, and starts and ends it: its webhooks wait in the
+// outbox.
+func (h *harness) finishRun(client, id, cid, url string) {
+	h.t.Helper()
 	ctx := context.Background()
-	cb, err := h.svc.Callback(ctx, "alice", url, false)
+	cb, err := h.svc.Callback(ctx, client, url, false)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	cid := "~alice~c-" + id
 	if _, _, err := h.st.CreateRun(ctx, runbox.NewRun{Run: runbox.Run{ID: id, ConversationID: cid, Language: "bash", CreatedAt: time.Now()},
-		Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: cid}, Client: "alice", Callback: cb, MaxWaiting: 1}); err != nil {
+		Spec: runbox.Spec{Language: "bash", Code: "true", ConversationID: cid}, Client: client, Callback: cb, MaxWaiting: 1}); err != nil {
 		h.t.Fatal(err)
 	}
 	if c, err := h.st.ClaimFor(ctx, id, "ex", time.Minute, 0); err != nil || !c.OK {
@@ -177,6 +216,12 @@ func (h *harness) endRun(id, url string) {
 		Result: &runbox.Result{Success: true, Stdout: "hi\n", RunID: id, ConversationID: cid}, Conversation: cid}); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// relayAll relays the outbox into the queue.
+func (h *harness) relayAll() {
+	h.t.Helper()
+	ctx := context.Background()
 	h.relay.Pass(ctx)
 	if out, _ := h.st.Outbox(ctx, 10); len(out) != 0 {
 		h.t.Fatalf("outbox after the relay: %v", out)
@@ -296,6 +341,36 @@ func TestDeliverRetriesSigned(t *testing.T) {
 	h.waitState(id, runbox.WebhookDelivered)
 	if _, err := h.svc.Redeliver(context.Background(), "run_none", false); err != ErrNoWebhook {
 		t.Errorf("Redeliver of a run without webhooks: %v", err)
+	}
+}
+
+// TestDeliverHidesSession: the webhook of a run in an MCP session's
+// conversation (the commands tools' executions) does not tell the
+// session's id — which is what reaches the session — to the receiver,
+// which is in no session: its conversation is "mcp-session" (issue 46:
+// it was "mcp-<session id>").
+func TestDeliverHidesSession(t *testing.T) {
+	rcv := newReceiver(t, 200)
+	h := startHarness(t, harnessOptions{hosts: "recv.test=127.0.0.1:" + rcv.port(), retryFor: time.Hour, realRedis: true})
+	const sid = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	h.finishRun("bob", "run_cmd", "~bob~mcp-"+sid, "http://recv.test:"+rcv.port()+"/hook")
+	h.relayAll()
+	h.waitState(runbox.WebhookID("run_cmd", runbox.WebhookRunCompleted), runbox.WebhookDelivered)
+	got := rcv.requests()
+	var body struct {
+		runbox.Run
+		Data runbox.Run `json:"data"`
+	}
+	if len(got) != 1 || json.Unmarshal(got[0].body, &body) != nil {
+		t.Fatalf("the receiver got %+v", got)
+	}
+	if strings.Contains(string(got[0].body), sid) {
+		t.Errorf("the body names the session: %s", got[0].body)
+	}
+	for _, run := range []runbox.Run{body.Run, body.Data} {
+		if run.ConversationID != "mcp-session" || run.Result == nil || run.Result.ConversationID != "mcp-session" {
+			t.Errorf("the run is told of as %+v; want conversationId mcp-session", run)
+		}
 	}
 }
 

@@ -7,10 +7,12 @@ import (
 )
 
 // metrics count the attempts to deliver webhooks, by client and outcome
-// (delivered, retry, failed, gone), and time them.
+// (delivered, retry, failed, gone), and time them; and count the webhooks
+// deferred without an attempt, by client and reason (fair.go).
 type metrics struct {
 	attempts *prometheus.CounterVec
 	seconds  prometheus.Histogram
+	deferred *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -24,9 +26,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help:    "How long an attempt to deliver a webhook took.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 8),
 		}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runbox_webhook_deferred_total",
+			Help: "Webhooks handed back to the queue without an attempt, by client and reason: client_busy (its share of the workers in use), circuit_open (its receiver's host failing).",
+		}, []string{"client", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.attempts, m.seconds)
+		reg.MustRegister(m.attempts, m.seconds, m.deferred)
 	}
 	return m
 }

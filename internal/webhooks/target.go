@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/runbox-dev/runbox"
@@ -28,7 +29,8 @@ import (
 // maxURL bounds a callback URL.
 const maxURL = 2048
 
-// resolveTimeout bounds the resolution of a callback's host.
+// resolveTimeout bounds the resolution of a callback's host, and of all
+// the hosts one request's callbacks name together (Service.Callbacks).
 const resolveTimeout = 5 * time.Second
 
 // Policy is where callbacks may go.
@@ -145,6 +147,36 @@ func (p *Policy) Resolve(ctx context.Context, t Target) ([]netip.AddrPort, error
 		return nil, refused("%s: %s", t.Host, why)
 	}
 	return addrs, nil
+}
+
+// resolveAll resolves targets — distinct hosts — resolveAtOnce at a time,
+// all within one resolveTimeout, and returns why each was refused (nil:
+// it resolved to addresses it may lead to).
+func (p *Policy) resolveAll(ctx context.Context, targets []Target) []error {
+	errs := make([]error, len(targets))
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	places := make(chan struct{}, resolveAtOnce)
+	var wg sync.WaitGroup
+	late := func(t Target) error {
+		return refused("%s: not resolved in time (a request's callbacks have %v together)", t.Host, resolveTimeout)
+	}
+	for i, t := range targets {
+		select {
+		case places <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = late(t)
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-places }()
+			if _, errs[i] = p.Resolve(ctx, t); errs[i] != nil && ctx.Err() != nil {
+				errs[i] = late(t)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // Check checks a callback URL entirely, its host resolved, for a client

@@ -3,13 +3,17 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/egress"
+	"github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
 // fakeResolver resolves the names it holds.
@@ -27,7 +31,7 @@ func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 }
 
 func testPolicy(t testing.TB) *Policy {
-	allow, err := egress.ParseList("hooks.example,*.sub.example,localhost,meta.example,mixed.example,own.example,recv.test,nxdomain.example")
+	allow, err := egress.ParseList("hooks.example,*.sub.example,localhost,meta.example,mixed.example,own.example,recv.test,nxdomain.example,*.special.example")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +49,17 @@ func testPolicy(t testing.TB) *Policy {
 			"mixed.example":   {"93.184.216.34", "10.0.0.1"},
 			"own.example":     {"8.8.4.4"},
 			"mapped6.example": {"::ffff:127.0.0.1"},
+			// IANA's special-purpose IPv6 ranges (and a few IPv4 ones)
+			// that carry or stand in for an address not to be reached.
+			"compat.special.example":     {"::7f00:1"},
+			"compatpub.special.example":  {"::5db8:d822"},
+			"translated.special.example": {"::ffff:0:a00:1"},
+			"discard.special.example":    {"100::1"},
+			"dummy.special.example":      {"100:0:0:1::1"},
+			"ietf.special.example":       {"2001:2::1"},
+			"doc.special.example":        {"3fff::1"},
+			"srv6.special.example":       {"5f00::1"},
+			"relay.special.example":      {"192.88.99.1"},
 		},
 		Own: func() map[netip.Addr]bool { return map[netip.Addr]bool{netip.MustParseAddr("8.8.4.4"): true} },
 	}
@@ -102,7 +117,10 @@ func TestCallbackAttacks(t *testing.T) {
 		"https://hooks.example.evil.com/", "https://" + strings.Repeat("a", 2050) + ".example/",
 		// Names that resolve to what they must not lead to.
 		"https://localhost/", "https://meta.example/", "https://mixed.example/", "https://own.example/",
-		"https://nxdomain.example/", "https://mapped6.example/",
+		"https://nxdomain.example/", "https://mapped6.example/", "https://compat.special.example/",
+		"https://compatpub.special.example/", "https://translated.special.example/", "https://discard.special.example/",
+		"https://dummy.special.example/", "https://ietf.special.example/", "https://doc.special.example/",
+		"https://srv6.special.example/", "https://relay.special.example/",
 	} {
 		got, err := p.Check(context.Background(), raw, clientDomains)
 		if err == nil {
@@ -157,5 +175,69 @@ func TestCallbackDenyRanges(t *testing.T) {
 	_, err = p.Check(context.Background(), "https://hooks.example/", clientDomains)
 	if err == nil || !strings.Contains(runbox.ErrorMessage(err), "SANDBOX_EGRESS_DENY_CIDRS") {
 		t.Fatalf("a callback into a denied range: %v", err)
+	}
+}
+
+// countingResolver resolves every name to a public address, counting
+// the lookups of each and the most under way at once.
+type countingResolver struct {
+	mu          sync.Mutex
+	calls       map[string]int
+	now, atOnce int
+}
+
+func (r *countingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	r.calls[host]++
+	r.now++
+	r.atOnce = max(r.atOnce, r.now)
+	r.mu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	r.mu.Lock()
+	r.now--
+	r.mu.Unlock()
+	return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+}
+
+// TestCallbacksTogether: a request's callbacks are checked together —
+// each host resolved once, a few at a time — and a host past the first
+// MaxCallbackHosts is refused unresolved.
+func TestCallbacksTogether(t *testing.T) {
+	r := &countingResolver{calls: map[string]int{}}
+	p := testPolicy(t)
+	p.Resolver = r
+	secrets, err := signature.Parse([]string{newSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(nil, nil, Options{Policy: p, Clients: map[string]Client{"alice": {Secrets: secrets}}})
+	var urls []string
+	for i := range 300 {
+		urls = append(urls, fmt.Sprintf("https://h%d.sub.example/hook?run=%d", i%(MaxCallbackHosts+8), i))
+	}
+	urls = append(urls, "https://127.0.0.1/")
+	cbs, errs := svc.Callbacks(context.Background(), "alice", urls)
+	for i, u := range urls[:len(urls)-1] {
+		host := i % (MaxCallbackHosts + 8)
+		switch {
+		case host < MaxCallbackHosts && (errs[i] != nil || cbs[i].URL != u):
+			t.Errorf("%s: %+v, %v", u, cbs[i], errs[i])
+		case host >= MaxCallbackHosts && (errs[i] == nil || !strings.Contains(runbox.ErrorMessage(errs[i]), "more than 32 hosts")):
+			t.Errorf("%s, past the first %d hosts: %+v, %v", u, MaxCallbackHosts, cbs[i], errs[i])
+		}
+	}
+	if err := errs[len(urls)-1]; runbox.ErrorCode(err) != runbox.EInvalid {
+		t.Errorf("an address literal among them: %v", err)
+	}
+	if len(r.calls) != MaxCallbackHosts || r.atOnce > resolveAtOnce {
+		t.Errorf("resolved %d hosts, %d at once; want %d, at most %d", len(r.calls), r.atOnce, MaxCallbackHosts, resolveAtOnce)
+	}
+	for h, n := range r.calls {
+		if n != 1 {
+			t.Errorf("%s resolved %d times", h, n)
+		}
+	}
+	if _, errs := svc.Callbacks(context.Background(), "nobody", urls[:1]); errs[0] == nil {
+		t.Error("a client without a secret was given a callback")
 	}
 }

@@ -10,8 +10,10 @@
 // tells of (internal/store); the Relay moves the outbox into the queue
 // (the task's id is the webhook's, so moving one twice makes one task);
 // the queue's worker (queue.WebhookWorker) hands them to the Service,
-// which delivers. The Service also checks callbacks when runs are
-// submitted, and answers for deliveries.
+// which delivers — each api's workers shared between clients, and a
+// failing receiver's host left to cool down (fair.go). The Service also
+// checks callbacks when runs are submitted (a request's together, within
+// one bound of time), and answers for deliveries.
 package webhooks
 
 import (
@@ -102,6 +104,10 @@ type Options struct {
 	Backoff, RetryFor time.Duration
 	// AttemptTimeout bounds each attempt (default AttemptTimeout).
 	AttemptTimeout time.Duration
+	// PerClient bounds the attempts of one client's webhooks under way
+	// at once in this api (WEBHOOK_CONCURRENCY_PER_CLIENT; default
+	// DefaultPerClient): fair.go.
+	PerClient int
 	// RootCAs, when set, are the roots receivers' certificates are
 	// checked against instead of the system's (tests).
 	RootCAs  *x509.CertPool
@@ -115,6 +121,7 @@ type Service struct {
 	o       Options
 	store   Store
 	http    *http.Client
+	fair    *fairness
 	tasks   Tasks
 	log     *slog.Logger
 	metrics metrics
@@ -131,6 +138,9 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = AttemptTimeout
 	}
+	if o.PerClient <= 0 {
+		o.PerClient = DefaultPerClient
+	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -140,7 +150,7 @@ func New(tasks Tasks, st Store, o Options) *Service {
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
-	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs, o.AttemptTimeout), tasks: tasks,
+	return &Service{o: o, store: st, http: newHTTPClient(o.Policy, o.RootCAs, o.AttemptTimeout), fair: newFairness(o), tasks: tasks,
 		log: o.Logger.With("component", "webhooks"), metrics: newMetrics(o.Registry)}
 }
 
@@ -152,22 +162,70 @@ func (s *Service) ttl() time.Duration { return s.o.RetryFor + keep }
 // at all is no callback. A URL the policy refuses is an invalid_argument
 // naming why, at once: never a webhook silently dropped later.
 func (s *Service) Callback(ctx context.Context, client, url string, fallback bool) (runbox.Callback, error) {
-	c := s.o.Clients[client]
 	if url == "" {
-		if !fallback || c.URL == "" {
+		if c := s.o.Clients[client]; fallback && c.URL != "" {
+			url = c.URL
+		} else {
 			return runbox.Callback{}, nil
 		}
-		url = c.URL
 	}
-	if c.Secrets.Len() == 0 {
-		return runbox.Callback{}, runbox.Errorf(runbox.EInvalid,
-			"callback_url: this client has no webhook signing secret (webhook_secret in CLIENTS_FILE, or WEBHOOK_SECRET for the token MCP_API_TOKEN)")
+	cbs, errs := s.Callbacks(ctx, client, []string{url})
+	return cbs[0], errs[0]
+}
+
+// MaxCallbackHosts bounds the distinct hosts the callbacks of one request
+// (a batch's runs) may name: each is resolved while the request waits.
+const MaxCallbackHosts = 32
+
+// resolveAtOnce bounds the hosts of one request resolved at once.
+const resolveAtOnce = 8
+
+// Callbacks checks urls as callbacks of client, each as Callback checks
+// one (no fallback), but together and within one bound of time: each
+// distinct host is resolved once, resolveAtOnce at a time, all within
+// resolveTimeout (and ctx) — a batch whose thousand runs name hosts whose
+// DNS never answers waits 5 s, not 5 s a host — and a host past the first
+// MaxCallbackHosts is refused unresolved. It returns each url's callback,
+// or why it was refused, in urls' order.
+func (s *Service) Callbacks(ctx context.Context, client string, urls []string) ([]runbox.Callback, []error) {
+	cbs, errs := make([]runbox.Callback, len(urls)), make([]error, len(urls))
+	c := s.o.Clients[client]
+	targets := make([]Target, len(urls))
+	first := map[string]int{} // a host's index in hosts
+	var hosts []Target
+	for i, url := range urls {
+		if c.Secrets.Len() == 0 {
+			errs[i] = runbox.Errorf(runbox.EInvalid,
+				"callback_url: this client has no webhook signing secret (webhook_secret in CLIENTS_FILE, or WEBHOOK_SECRET for the token MCP_API_TOKEN)")
+			continue
+		}
+		t, err := s.o.Policy.Parse(url, c.Domains)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, seen := first[t.Host]; !seen {
+			if len(hosts) == MaxCallbackHosts {
+				errs[i] = refused("%s: the request's callbacks name more than %d hosts", t.Host, MaxCallbackHosts)
+				continue
+			}
+			first[t.Host] = len(hosts)
+			hosts = append(hosts, t)
+		}
+		targets[i] = t
 	}
-	checked, err := s.o.Policy.Check(ctx, url, c.Domains)
-	if err != nil {
-		return runbox.Callback{}, err
+	resolved := s.o.Policy.resolveAll(ctx, hosts)
+	for i := range urls {
+		if errs[i] != nil {
+			continue
+		}
+		if err := resolved[first[targets[i].Host]]; err != nil {
+			errs[i] = err
+			continue
+		}
+		cbs[i] = runbox.Callback{URL: targets[i].URL, Started: c.Started}
 	}
-	return runbox.Callback{URL: checked, Started: c.Started}, nil
+	return cbs, errs
 }
 
 // Admit refuses n more webhooks of client while it has MaxPending not
