@@ -34,12 +34,14 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
   fi
 fi
 
-# The agent is the same static binary in every image; -trimpath and an empty
-# build ID keep it byte-identical across builds, so the hash below is stable.
+# The agent, and the E2B sandbox daemon in runner-base, are the same static
+# binaries in every image; -trimpath and an empty build ID keep them
+# byte-identical across builds, so the hashes below are stable.
 mkdir -p build
 (cd .. && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o runners/build/runbox-agent ./cmd/runbox-agent)
+(cd .. && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o runners/build/runbox-envd ./cmd/runbox-envd)
 
-base_hash=$(echo "${RUNNER_EPOCH:-0}" | hash_files base)
+base_hash=$(echo "${RUNNER_EPOCH:-0}" | hash_files base build/runbox-envd)
 build_image "runner-base:$tag" "$base_hash" base/Dockerfile "EPOCH=${RUNNER_EPOCH:-0}"
 
 langs=${*:-$(echo "${RUNNERS:-}" | tr ',' ' ')}

@@ -90,7 +90,23 @@ type Options struct {
 	// Webhooks answers for the deliveries of runs' and batches' webhooks;
 	// nil: not served.
 	Webhooks Webhooks
+	// E2B serves E2B's API under /e2b and E2B sandboxes' hosts on the
+	// preview domain (internal/e2b); nil: not served.
+	E2B E2B
 }
+
+// E2B is runbox's E2B-compatible API (internal/e2b): it authenticates its
+// own requests (a runbox token as E2B's API key, a sandbox's own token).
+type E2B interface {
+	// ServeHTTP serves a request under /e2b.
+	http.Handler
+	// ServeHost serves a request whose Host is a preview host labelled
+	// <port>-<sandbox id>, and reports whether the label is one.
+	ServeHost(w http.ResponseWriter, r *http.Request, label string) bool
+}
+
+// E2BPrefix is where the E2B-compatible API is served.
+const E2BPrefix = "/e2b"
 
 // Server handles the service's HTTP requests.
 type Server struct {
@@ -98,6 +114,7 @@ type Server struct {
 	log        *slog.Logger
 	echo       *echo.Echo
 	handler    http.Handler // echo behind the body gate
+	e2b        http.Handler // the E2B API behind the origin check; nil if not served
 	prometheus http.Handler
 	// doc is the OpenAPI document of the routes, served as /openapi.json
 	// and /reference.
@@ -152,8 +169,13 @@ func New(opts Options) *Server {
 	s.echo = e
 	// The origin first: a browser's request from a page elsewhere is
 	// refused before its token is looked at or its body read.
-	s.handler = newOriginGuard(opts.Origins, apiRoute).wrap(
-		newBodyGate(opts.BodyBudget, routeLimit(opts.MaxBody, opts.MaxUpload)).wrap(e))
+	guard := newOriginGuard(opts.Origins, apiRoute)
+	s.handler = guard.wrap(newBodyGate(opts.BodyBudget, routeLimit(opts.MaxBody, opts.MaxUpload)).wrap(e))
+	if opts.E2B != nil {
+		// E2B's calls stream both ways and bound their own bodies: they
+		// pass the origin check only.
+		s.e2b = guard.wrap(opts.E2B)
+	}
 	return s
 }
 
@@ -164,9 +186,18 @@ func New(opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Previews != nil {
 		if label, ok := s.opts.Previews.Domain().Match(r.Host); ok {
+			// An E2B sandbox's port (<port>-<id>) is one of the preview
+			// hosts: a page on an origin of its own, as a preview.
+			if s.opts.E2B != nil && s.opts.E2B.ServeHost(w, r, label) {
+				return
+			}
 			s.opts.PreviewRouter.Serve(w, r, label)
 			return
 		}
+	}
+	if s.e2b != nil && (r.URL.Path == E2BPrefix || strings.HasPrefix(r.URL.Path, E2BPrefix+"/")) {
+		s.e2b.ServeHTTP(w, r)
+		return
 	}
 	s.handler.ServeHTTP(w, r)
 }
@@ -229,6 +260,17 @@ func (s *Server) requireToken(basic bool) echo.MiddlewareFunc {
 			c.Set("client", client.Name)
 			return next(c)
 		}
+	}
+}
+
+// SourceAddr returns how the api reads a request's source address: the
+// peer, or from a trusted proxy the nearest address in X-Forwarded-For
+// that is not one (as ipExtractor).
+func SourceAddr(trusted []netip.Prefix) func(*http.Request) netip.Addr {
+	ex := ipExtractor(trusted)
+	return func(r *http.Request) netip.Addr {
+		a, _ := netip.ParseAddr(ex(r))
+		return a
 	}
 }
 

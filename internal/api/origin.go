@@ -69,11 +69,12 @@ func (g *originGuard) accepts(origins []string) bool {
 	return false
 }
 
-// apiRoute selects the routes a page elsewhere must not reach: MCP and
-// REST. Downloads are signed links, the playground and health checks are
+// apiRoute selects the routes a page elsewhere must not reach: MCP,
+// REST and E2B's API. Downloads are signed links, the playground and health checks are
 // plain pages.
 func apiRoute(path string) bool {
-	return path == "/mcp" || strings.HasPrefix(path, "/mcp/") || path == "/v1" || strings.HasPrefix(path, "/v1/")
+	return path == "/mcp" || strings.HasPrefix(path, "/mcp/") || path == "/v1" || strings.HasPrefix(path, "/v1/") ||
+		path == E2BPrefix || strings.HasPrefix(path, E2BPrefix+"/")
 }
 
 // parseOrigin reads an origin, scheme://host[:port], into a canonical

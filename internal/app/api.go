@@ -28,6 +28,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/commands"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
+	"github.com/runbox-dev/runbox/internal/e2b"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/gitexport"
 	"github.com/runbox-dev/runbox/internal/leader"
@@ -101,6 +102,10 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 	if err := a.startPreviewsAndJanitor(ctx); err != nil {
 		return err
 	}
+	if err := a.startE2B(ctx); err != nil {
+		a.shutdownExecutor()
+		return err
+	}
 	if opts.Stdio {
 		return a.serveStdio(ctx, opts)
 	}
@@ -142,6 +147,7 @@ type apiProcess struct {
 	sessions  *sessions.Service
 	mcp       *mcp.Server
 	previews  *previews
+	e2b       *e2b.Handler
 }
 
 // start starts s with ctx and adds it to the parts.
@@ -436,6 +442,7 @@ func (a *apiProcess) handler() *api.Server {
 		PreviewRouter:  a.previews.router,
 		Sessions:       a.sessions,
 		Webhooks:       a.hooks,
+		E2B:            a.e2b,
 	})
 }
 

@@ -28,6 +28,8 @@ import (
 type previews struct {
 	service *preview.Service
 	router  *preview.Router
+	// link reaches the executors' sandboxes (E2B's sandboxes too).
+	link link.Link
 	// background are the router and the projects' janitor.
 	background lifecycle.Group
 }
@@ -67,7 +69,7 @@ func startPreviews(ctx context.Context, cfg *config.Config, d previewDeps) (*pre
 	} else {
 		lk = link.NewRemote(d.store.Executors, link.Key(d.secret))
 	}
-	p := &previews{}
+	p := &previews{link: lk}
 	p.service = preview.NewService(preview.Options{Key: preview.Key(d.secret), Domain: domain, TTL: cfg.PreviewURLTTL,
 		Store: d.store, Link: lk, Logger: d.log, Unserved: d.unserved})
 	p.router = preview.NewRouter(p.service, lk, preview.Limits{MaxRequest: cfg.PreviewMaxRequest,

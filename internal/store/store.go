@@ -13,7 +13,8 @@
 //   - Webhooks: the outbox and deliveries of webhooks;
 //   - Batches: batches of runs and the clients' gates;
 //   - Git, Previews, Projects: the git tools' branches, preview URLs,
-//     projects.
+//     projects;
+//   - E2B: E2B sandboxes' records.
 //
 // Store holds them all. Consumers declare the few methods they use; a
 // consumer that needs one aggregate is given it (st.Runs), one that needs
@@ -61,6 +62,7 @@ type Store struct {
 	*Git
 	*Previews
 	*Projects
+	*E2B
 }
 
 // New returns a Store on c.
@@ -79,5 +81,6 @@ func New(c *Conn) *Store {
 		Git:           &Git{b},
 		Previews:      &Previews{b},
 		Projects:      &Projects{b},
+		E2B:           &E2B{b},
 	}
 }

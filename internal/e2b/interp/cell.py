@@ -1,0 +1,92 @@
+def __runbox_e2b_cell(src, context, env, cwd, nonce):
+    # One cell of E2B's code interpreter, run in the conversation's kept
+    # interpreter by runbox: its own context's namespace (the default
+    # context is the interpreter's own), its environment variables and
+    # working directory for the cell only; its result, its error and its
+    # count written to stdout as lines runbox reads (the nonce marks them).
+    import ast, base64, builtins, json, os, sys, traceback
+
+    main = globals()
+
+    def emit(obj):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout.write("\x1eRBX" + nonce + ":" + json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def formats(value):
+        out = {"text": repr(value)}
+        for attr, key in (("_repr_html_", "html"), ("_repr_markdown_", "markdown"), ("_repr_svg_", "svg"),
+                          ("_repr_png_", "png"), ("_repr_jpeg_", "jpeg"), ("_repr_latex_", "latex"),
+                          ("_repr_json_", "json"), ("_repr_javascript_", "javascript")):
+            try:
+                f = getattr(value, attr, None)
+                data = f() if callable(f) and not isinstance(value, type) else None
+            except Exception:
+                data = None
+            if data is None:
+                continue
+            if isinstance(data, tuple):
+                data = data[0]
+            if isinstance(data, bytes):
+                data = base64.b64encode(data).decode()
+            out[key] = data
+        if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
+            out["png"] = figure_png(value)
+        return out
+
+    def figure_png(fig):
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        return base64.b64encode(buf.getvalue()).decode()
+
+    def figures():
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            emit({"type": "result", "text": repr(fig), "png": figure_png(fig), "is_main_result": False})
+        plt.close("all")
+
+    if context in (None, "", "default"):
+        ns = main
+    else:
+        ns = main.setdefault("_e2b_contexts", {}).setdefault(
+            context, {"__name__": "__main__", "__builtins__": builtins})
+    counts = main.setdefault("_e2b_counts", {})
+    count = counts.get(context or "default", 0) + 1
+    counts[context or "default"] = count
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    here = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        tree = ast.parse(src, "<cell>")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), ns)
+        value = eval(compile(last, "<cell>", "eval"), ns) if last is not None else None
+        figures()
+        if value is not None:
+            emit(dict(formats(value), type="result", is_main_result=True))
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+            tb = tb.tb_next
+        emit({"type": "error", "name": type(e).__name__, "value": str(e),
+              "traceback": "".join(traceback.format_exception(type(e), e, tb))})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        try:
+            os.chdir(here)
+        except OSError:
+            pass
+        emit({"type": "number_of_executions", "execution_count": count})
