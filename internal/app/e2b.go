@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"time"
 
 	"github.com/runbox-dev/runbox/internal/api"
 	"github.com/runbox-dev/runbox/internal/auth"
@@ -27,8 +28,9 @@ func (a *apiProcess) startE2B(ctx context.Context) error {
 	svc := e2b.New(e2b.Options{
 		Store: a.st, Runs: a.runs, Convs: a.convs, Link: a.previews.link, Secret: a.secret, Domain: domain,
 		Clients: func(name string) (clients.Client, bool) { c, ok := byName[name]; return c, ok },
-		Limits:  e2b.Limits{MaxTimeout: runs.MaxBackground, MaxUpload: cfg.MaxUpload},
-		Clock:   a.clock, Logger: a.log,
+		Limits: e2b.Limits{MaxTimeout: runs.MaxBackground, MaxUpload: cfg.MaxUpload,
+			KeepAlive: max(cfg.ServerTTL/4, time.Minute)},
+		Clock: a.clock, Logger: a.log,
 	})
 	a.e2b = e2b.NewHandler(svc, e2b.HandlerOptions{
 		Tokens: auth.NewTokens(a.clients), Interpreter: interp.New(a.runs, svc, a.log),

@@ -26,26 +26,40 @@ const maxControlBody = 256 << 10
 // its client; what it returns is written (nil: it wrote its answer).
 type controlHandler func(w http.ResponseWriter, r *http.Request) error
 
-// routes are the control plane's.
+// controlRoute is a control-plane route: its pattern (method and path
+// under Prefix) and its handler.
+type controlRoute struct {
+	pattern string
+	handle  controlHandler
+}
+
+// controlRoutes are the control plane's routes, each in
+// docs/e2b-openapi.yaml (TestDocumentRoutes).
+func (h *Handler) controlRoutes() []controlRoute {
+	return []controlRoute{
+		{"POST /sandboxes", h.create},
+		{"GET /sandboxes", h.listRunning},
+		{"GET /v2/sandboxes", h.list},
+		{"GET /sandboxes/metrics", h.metricsOfMany},
+		{"GET /sandboxes/{sandboxID}", h.get},
+		{"DELETE /sandboxes/{sandboxID}", h.kill},
+		{"POST /sandboxes/{sandboxID}/timeout", h.setTimeout},
+		{"POST /sandboxes/{sandboxID}/refreshes", h.refresh},
+		{"POST /sandboxes/{sandboxID}/pause", h.pause},
+		{"POST /sandboxes/{sandboxID}/resume", h.resume},
+		{"POST /sandboxes/{sandboxID}/connect", h.connect},
+		{"GET /sandboxes/{sandboxID}/metrics", h.metrics},
+	}
+}
+
+// routes serves the control plane's routes.
 func (h *Handler) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	add := func(pattern string, f controlHandler) {
-		method, path, _ := strings.Cut(pattern, " ")
+	for _, cr := range h.controlRoutes() {
+		method, path, _ := strings.Cut(cr.pattern, " ")
 		route := method + " " + Prefix + path
-		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) { h.serveControl(w, r, route, f) })
+		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) { h.serveControl(w, r, route, cr.handle) })
 	}
-	add("POST /sandboxes", h.create)
-	add("GET /sandboxes", h.listRunning)
-	add("GET /v2/sandboxes", h.list)
-	add("GET /sandboxes/metrics", h.metricsOfMany)
-	add("GET /sandboxes/{id}", h.get)
-	add("DELETE /sandboxes/{id}", h.kill)
-	add("POST /sandboxes/{id}/timeout", h.setTimeout)
-	add("POST /sandboxes/{id}/refreshes", h.refresh)
-	add("POST /sandboxes/{id}/pause", h.pause)
-	add("POST /sandboxes/{id}/resume", h.resume)
-	add("POST /sandboxes/{id}/connect", h.connect)
-	add("GET /sandboxes/{id}/metrics", h.metrics)
 	mux.HandleFunc("GET "+Prefix+"/health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -68,7 +82,7 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, route str
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
-	end, ok := h.record(w, r, audit.Entry{Client: clientOf(r.Context()), Route: route, Conversation: r.PathValue("id"),
+	end, ok := h.record(w, r, audit.Entry{Client: clientOf(r.Context()), Route: route, Conversation: r.PathValue("sandboxID"),
 		Params: audit.Sanitize(queryParams(r.URL.Query()))})
 	if !ok {
 		return
@@ -77,7 +91,7 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, route str
 	end(errorCode(err))
 	if err != nil {
 		if errors.Is(err, runbox.ErrE2BSandboxNotFound) {
-			err = runbox.Errorf(runbox.ENotFound, "sandbox %s not found", clip(r.PathValue("id"), 64))
+			err = runbox.Errorf(runbox.ENotFound, "sandbox %s not found", clip(r.PathValue("sandboxID"), 64))
 		}
 		h.writeError(w, r, err)
 	}
@@ -284,7 +298,7 @@ func metadataQuery(s string) (map[string]string, error) {
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
-	sb, err := h.svc.Get(r.Context(), r.PathValue("id"))
+	sb, err := h.svc.Get(r.Context(), r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}
@@ -293,7 +307,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) error {
-	if err := h.svc.Kill(r.Context(), r.PathValue("id")); err != nil {
+	if err := h.svc.Kill(r.Context(), r.PathValue("sandboxID")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -334,7 +348,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := h.svc.SetTimeout(r.Context(), r.PathValue("id"), d); err != nil {
+	if err := h.svc.SetTimeout(r.Context(), r.PathValue("sandboxID"), d); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -352,7 +366,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := h.svc.Connect(r.Context(), r.PathValue("id"), d); err != nil {
+	if _, _, err := h.svc.Connect(r.Context(), r.PathValue("sandboxID"), d); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -360,7 +374,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) error {
-	if err := h.svc.Pause(r.Context(), r.PathValue("id")); err != nil {
+	if err := h.svc.Pause(r.Context(), r.PathValue("sandboxID")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -378,7 +392,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := h.svc.Get(r.Context(), r.PathValue("id"))
+	sb, err := h.svc.Get(r.Context(), r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}
@@ -404,7 +418,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, resumed, err := h.svc.Connect(r.Context(), r.PathValue("id"), d)
+	sb, resumed, err := h.svc.Connect(r.Context(), r.PathValue("sandboxID"), d)
 	if err != nil {
 		return err
 	}
@@ -431,7 +445,7 @@ type metricJSON struct {
 
 // metrics answers a sandbox's use now (one point; none while paused).
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) error {
-	sb, err := h.svc.Get(r.Context(), r.PathValue("id"))
+	sb, err := h.svc.Get(r.Context(), r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}

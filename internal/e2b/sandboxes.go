@@ -29,6 +29,7 @@ type Store interface {
 	DeleteE2BSandbox(ctx context.Context, sb runbox.E2BSandbox) error
 	ClientE2BSandboxes(ctx context.Context, client string, start, n int64) ([]*runbox.E2BSandbox, bool, error)
 	DueE2BSandboxes(ctx context.Context, now time.Time, n int) ([]string, error)
+	LiveE2BSandboxes(ctx context.Context, now time.Time, n int64) ([]string, error)
 	Owner(ctx context.Context, cid string) (string, error)
 }
 
@@ -62,6 +63,10 @@ type Limits struct {
 	// StartWait bounds how long a create (or a resume) waits for the
 	// sandbox's daemon to serve.
 	StartWait time.Duration
+	// KeepAlive is how often the daemons of running sandboxes are reached
+	// (which keeps runbox's idle watch, SANDBOX_SERVER_TTL, from ending a
+	// sandbox before its timeout); 0: never.
+	KeepAlive time.Duration
 }
 
 // Options are what the sandboxes are built on.
@@ -181,7 +186,7 @@ func (s *Service) Create(ctx context.Context, req createRequest) (runbox.E2BSand
 	sb := req.sandbox
 	sb.Client, sb.Template, sb.Language, sb.Interpreter = clientOf(ctx), req.id, req.template.language, req.template.interpreter
 	sb.Salt, sb.StartedAt, sb.State = newSalt(), now, runbox.E2BRunning
-	sb.Deadline = now.Add(s.limits.MaxTimeout)
+	sb.Deadline = s.deadline(ctx, now, req.timeout)
 	sb.EndAt = minTime(now.Add(req.timeout), sb.Deadline)
 	for {
 		sb.ID = newID()
@@ -199,6 +204,18 @@ func (s *Service) Create(ctx context.Context, req createRequest) (runbox.E2BSand
 		return sb, err
 	}
 	return started, nil
+}
+
+// deadline is the latest a sandbox started now with timeout may live:
+// MaxTimeout, which its daemon's run asks for. A run reserves its time
+// of its client's run-seconds a day until it ends, so for a client whose
+// tier bounds them the run asks for the sandbox's timeout alone (and
+// later timeouts cannot take it past that).
+func (s *Service) deadline(ctx context.Context, now time.Time, timeout time.Duration) time.Time {
+	if auth.Tier(ctx).RunSecondsPerDay > 0 {
+		return now.Add(max(timeout, time.Second))
+	}
+	return now.Add(s.limits.MaxTimeout)
 }
 
 // start starts a sandbox's daemon, records its run, and waits until it
@@ -436,19 +453,20 @@ func (s *Service) Connect(ctx context.Context, id string, timeout time.Duration)
 // were, its kept interpreter comes back with its next cell.
 func (s *Service) resume(ctx context.Context, sb runbox.E2BSandbox, timeout time.Duration) (runbox.E2BSandbox, error) {
 	now := s.clock.Now()
+	cctx := s.asClient(ctx, sb.Client)
 	sb, err := s.update(ctx, sb.ID, func(sb *runbox.E2BSandbox) error {
 		if sb.State != runbox.E2BPaused {
 			return runbox.Errorf(runbox.EConversationExists, "sandbox %s is resuming already", sb.ID)
 		}
 		sb.State = runbox.E2BRunning
-		sb.Deadline = now.Add(s.limits.MaxTimeout)
+		sb.Deadline = s.deadline(cctx, now, timeout)
 		sb.EndAt = minTime(now.Add(timeout), sb.Deadline)
 		return nil
 	})
 	if err != nil {
 		return sb, err
 	}
-	started, err := s.start(s.asClient(ctx, sb.Client), sb)
+	started, err := s.start(cctx, sb)
 	if err != nil {
 		// Paused again, for a later try.
 		if _, perr := s.pause(context.WithoutCancel(ctx), sb); perr != nil {

@@ -24,9 +24,40 @@ const sweepBatch = 50
 // NewSweeper returns the sweeper of svc's sandboxes.
 func NewSweeper(svc *Service) *Sweeper { return &Sweeper{s: svc} }
 
-// Start runs the rounds until Stop.
+// Start runs the rounds until Stop, and the keepalive's.
 func (w *Sweeper) Start(ctx context.Context) error {
-	return w.Base.Run(ctx, lifecycle.Every(w.s.clock, time.Second, w.round))
+	return w.Base.Run(ctx, func(ctx context.Context) {
+		if every := w.s.limits.KeepAlive; every > 0 {
+			go lifecycle.Every(w.s.clock, every, w.keepAlive)(ctx)
+		}
+		lifecycle.Every(w.s.clock, time.Second, w.round)(ctx)
+	})
+}
+
+// maxKeptAlive bounds the sandboxes one keepalive round reaches.
+const maxKeptAlive = 10000
+
+// keepAlive reaches the daemon of each running sandbox, which marks its
+// background run active: a sandbox lives to its timeout, not to runbox's
+// idle bound for servers.
+func (w *Sweeper) keepAlive(ctx context.Context) {
+	ids, err := w.s.store.LiveE2BSandboxes(ctx, w.s.clock.Now(), maxKeptAlive)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.s.log.Warn("list the running sandboxes", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		sb, err := w.s.store.E2BSandbox(ctx, id)
+		if err != nil || sb.State != runbox.E2BRunning {
+			continue
+		}
+		w.s.targets.forget(id)
+		if _, err := w.s.targets.find(ctx, sb); err != nil && ctx.Err() == nil {
+			w.s.log.Debug("reach a running sandbox's daemon", "sandbox", id, "err", err)
+		}
+	}
 }
 
 // round ends the sandboxes due now.

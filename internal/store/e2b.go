@@ -191,3 +191,15 @@ func (s *E2B) DueE2BSandboxes(ctx context.Context, now time.Time, n int) ([]stri
 	}
 	return ids, nil
 }
+
+// LiveE2BSandboxes returns up to n running sandboxes whose end is after
+// now, the soonest first.
+func (s *E2B) LiveE2BSandboxes(ctx context.Context, now time.Time, n int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, e2bEndsKey, &redis.ZRangeBy{
+		Min: "(" + strconv.FormatInt(now.UnixMilli(), 10), Max: "+inf", Count: n,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list live e2b sandboxes: %w", err)
+	}
+	return ids, nil
+}

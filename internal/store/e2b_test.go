@@ -51,6 +51,9 @@ func TestE2BSandboxes(t *testing.T) {
 		if err != nil || more || len(listed) != 1 || listed[0].ID != "a" {
 			t.Fatalf("second page: %+v %v %v", listed, more, err)
 		}
+		if live, err := s.LiveE2BSandboxes(ctx, t0.Add(30*time.Second), 10); err != nil || len(live) != 3 || live[0] != "a" {
+			t.Errorf("live: %v %v", live, err)
+		}
 		// b pauses: no end of its own any more.
 		b, _ := s.E2BSandbox(ctx, "b")
 		b.State = runbox.E2BPaused

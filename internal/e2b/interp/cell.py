@@ -61,6 +61,9 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     here = os.getcwd()
+    # plt.show() shows its figures as the cell's results (runbox_inline).
+    builtins.__runbox_show__ = lambda fig: emit(
+        {"type": "result", "text": repr(fig), "png": figure_png(fig), "is_main_result": False})
     try:
         if cwd:
             os.chdir(cwd)
@@ -80,6 +83,7 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
         emit({"type": "error", "name": type(e).__name__, "value": str(e),
               "traceback": "".join(traceback.format_exception(type(e), e, tb))})
     finally:
+        del builtins.__runbox_show__
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

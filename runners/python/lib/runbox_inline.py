@@ -1,8 +1,11 @@
 """A matplotlib backend for kept interpreters (MPLBACKEND=module://runbox_inline):
 plt.show() saves each open figure as a PNG in the working folder (/data),
 where it becomes one of the run's artifacts, as a notebook would show it
-inline. Figures are drawn with Agg; nothing is displayed."""
+inline. Figures are drawn with Agg; nothing is displayed. A cell of E2B's
+code interpreter (internal/e2b/interp) shows them as its results instead:
+while it runs, builtins.__runbox_show__ takes each figure."""
 
+import builtins
 import os
 
 from matplotlib import _pylab_helpers
@@ -14,7 +17,11 @@ FigureManager = FigureManagerBase
 
 
 def show(*args, **kwargs):
+    hook = getattr(builtins, "__runbox_show__", None)
     for manager in _pylab_helpers.Gcf.get_all_fig_managers():
+        if hook is not None:
+            hook(manager.canvas.figure)
+            continue
         path = _free_name()
         manager.canvas.figure.savefig(path, format="png", bbox_inches="tight")
         print(f"[figure saved to {path}]")
