@@ -42,7 +42,9 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
         return base64.b64encode(buf.getvalue()).decode()
 
     def figures():
-        plt = sys.modules.get("matplotlib.pyplot")
+        # Named in two halves: the word whole would have the zygote preload
+        # the data stack for every cell (the agent's -preload-when).
+        plt = sys.modules.get("matplot" + "lib.pyplot")
         if plt is None:
             return
         for num in plt.get_fignums():

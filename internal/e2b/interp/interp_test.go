@@ -2,6 +2,7 @@ package interp
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -69,5 +70,14 @@ func TestFailure(t *testing.T) {
 		if (got == nil) != (c.name == "") || got != nil && got["name"] != c.name {
 			t.Errorf("%+v: %v", c.res, got)
 		}
+	}
+}
+
+// TestCellPreload: the helper names none of the modules whose mention has
+// the Python runner's zygote import the data stack (runners/python's
+// -preload-when): a cell that does not use them starts without them.
+func TestCellPreload(t *testing.T) {
+	if m := regexp.MustCompile(`\b(pandas|numpy|matplotlib|seaborn|scipy)\b`).FindString(cellHelper); m != "" {
+		t.Errorf("cell.py names %s", m)
 	}
 }
