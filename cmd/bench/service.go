@@ -360,7 +360,12 @@ func startSession(ctx context.Context, binDir string, o serviceOptions) (*servic
 // onService starts a service with one executor and measures it with f
 // over one MCP session.
 func onService(ctx context.Context, binDir string, f func(*service, *mcp.ClientSession) ([]row, error)) ([]row, error) {
-	svc, err := startService(binDir, serviceOptions{executors: 1})
+	return onServiceWith(ctx, binDir, serviceOptions{executors: 1}, f)
+}
+
+// onServiceWith is onService on a service started with o.
+func onServiceWith(ctx context.Context, binDir string, o serviceOptions, f func(*service, *mcp.ClientSession) ([]row, error)) ([]row, error) {
+	svc, err := startService(binDir, o)
 	if err != nil {
 		return nil, err
 	}

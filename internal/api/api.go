@@ -26,6 +26,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/mcp"
@@ -90,6 +91,9 @@ type Options struct {
 	// Webhooks answers for the deliveries of runs' and batches' webhooks;
 	// nil: not served.
 	Webhooks Webhooks
+	// InFlight counts each client's requests in flight (concurrent_requests),
+	// with the E2B API's; nil: a count of the api's own.
+	InFlight *clients.InFlight
 	// E2B serves E2B's API under /e2b and E2B sandboxes' hosts on the
 	// preview domain (internal/e2b); nil: not served.
 	E2B E2B
@@ -135,7 +139,7 @@ func New(opts Options) *Server {
 	e.Use(middleware.Recover(), s.logRequests, requestCounter(opts.Registry))
 	opts.Registry.MustRegister(opts.QueueMetrics)
 
-	authed := e.Group("", s.requireToken(false), newRequestCap().middleware)
+	authed := e.Group("", s.requireToken(false), newRequestCap(opts.InFlight).middleware)
 	// Bearer tokens guard the MCP endpoints, so the SDK's DNS-rebinding
 	// check (which also rejects reverse proxies on loopback) is not needed.
 	streamable := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return opts.MCP.SDK() },

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/runs"
 )
 
@@ -200,18 +201,14 @@ func routeLimit(maxBody, maxUpload int64) func(*http.Request) (int64, bool) {
 
 // requestCap bounds the requests each client has in flight: its tier's
 // concurrent_requests, or DefaultMaxRequestsPerClient.
-type requestCap struct {
-	mu       sync.Mutex
-	inFlight map[string]int
-}
+type requestCap struct{ f *clients.InFlight }
 
-func newRequestCap() *requestCap { return &requestCap{inFlight: map[string]int{}} }
-
-func maxRequests(ctx context.Context) int {
-	if n := auth.Tier(ctx).ConcurrentRequests; n > 0 {
-		return n
+// newRequestCap counts in f; nil: a count of its own.
+func newRequestCap(f *clients.InFlight) *requestCap {
+	if f == nil {
+		f = clients.NewInFlight(DefaultMaxRequestsPerClient)
 	}
-	return DefaultMaxRequestsPerClient
+	return &requestCap{f: f}
 }
 
 // middleware refuses a request of a client that has its maximum in
@@ -219,22 +216,12 @@ func maxRequests(ctx context.Context) int {
 func (c *requestCap) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(ec echo.Context) error {
 		ctx := ec.Request().Context()
-		client := auth.Client(ctx)
-		c.mu.Lock()
-		if c.inFlight[client] >= maxRequests(ctx) {
-			c.mu.Unlock()
+		release, ok := c.f.Acquire(auth.Client(ctx), auth.Tier(ctx))
+		if !ok {
 			ec.Response().Header().Set("Retry-After", "1")
 			return errTooManyRequests
 		}
-		c.inFlight[client]++
-		c.mu.Unlock()
-		defer func() {
-			c.mu.Lock()
-			if c.inFlight[client]--; c.inFlight[client] == 0 {
-				delete(c.inFlight, client)
-			}
-			c.mu.Unlock()
-		}()
+		defer release()
 		return next(ec)
 	}
 }

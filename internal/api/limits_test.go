@@ -244,7 +244,7 @@ func TestBodyGateStreamsPastReadTimeout(t *testing.T) {
 }
 
 func TestRequestCap(t *testing.T) {
-	c := newRequestCap()
+	c := newRequestCap(nil)
 	tiers := map[string]clients.Tier{"small": {ConcurrentRequests: 1}, "big": {ConcurrentRequests: 2}}
 	release := make(chan struct{})
 	entered := make(chan struct{}, 4)

@@ -148,6 +148,8 @@ type apiProcess struct {
 	mcp       *mcp.Server
 	previews  *previews
 	e2b       *e2b.Handler
+	// inFlight counts clients' requests in flight, MCP, REST and E2B's.
+	inFlight *clients.InFlight
 }
 
 // start starts s with ctx and adds it to the parts.
@@ -443,6 +445,7 @@ func (a *apiProcess) handler() *api.Server {
 		Sessions:       a.sessions,
 		Webhooks:       a.hooks,
 		E2B:            a.e2b,
+		InFlight:       a.inFlight,
 	})
 }
 

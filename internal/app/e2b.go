@@ -32,8 +32,10 @@ func (a *apiProcess) startE2B(ctx context.Context) error {
 			KeepAlive: max(cfg.ServerTTL/4, time.Minute)},
 		Clock: a.clock, Logger: a.log,
 	})
+	a.inFlight = clients.NewInFlight(api.DefaultMaxRequestsPerClient)
 	a.e2b = e2b.NewHandler(svc, e2b.HandlerOptions{
-		Tokens: auth.NewTokens(a.clients), Interpreter: interp.New(a.runs, svc, a.log),
+		InFlight: a.inFlight,
+		Tokens:   auth.NewTokens(a.clients), Interpreter: interp.New(a.runs, svc, a.log),
 		Audit: a.recorder, Refusals: a.strangers, Source: api.SourceAddr(cfg.TrustedProxies),
 		Resources: e2b.Resources{CPUs: max(1, int((cfg.NanoCPUs+999_999_999)/1_000_000_000)),
 			MemoryMB: cfg.MemoryLimit >> 20, DiskSizeMB: cfg.QuotaBytes >> 20},

@@ -77,6 +77,11 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, route str
 	if !ok {
 		return
 	}
+	release, ok := h.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	if err := h.svc.runs.AllowCall(r.Context()); err != nil {
 		h.writeError(w, r, err)
 		return

@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -29,6 +30,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
+	"github.com/runbox-dev/runbox/internal/clients"
 )
 
 // Prefix is where the api serves E2B's API.
@@ -72,6 +74,9 @@ type HandlerOptions struct {
 	Source func(*http.Request) netip.Addr
 	// Resources are what each sandbox is given, as E2B reports them.
 	Resources Resources
+	// InFlight counts each client's requests in flight, the api's with
+	// them (concurrent_requests); nil: 64 each, counted apart.
+	InFlight *clients.InFlight
 }
 
 // Resources are a sandbox's CPU, memory and disk, as listings say.
@@ -91,6 +96,9 @@ type Handler struct {
 
 // NewHandler returns the Handler of svc's sandboxes.
 func NewHandler(svc *Service, o HandlerOptions) *Handler {
+	if o.InFlight == nil {
+		o.InFlight = clients.NewInFlight(64)
+	}
 	if o.Source == nil {
 		o.Source = func(r *http.Request) netip.Addr {
 			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
@@ -190,6 +198,28 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, route str
 		return nil, false
 	}
 	return r.WithContext(auth.WithClient(r.Context(), c)), true
+}
+
+// admit takes a place among the client's requests in flight; false,
+// answered, when it has its maximum (a stream of a process or a watch
+// holds its place while it lasts).
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	c, _ := h.svc.clients(auth.Client(r.Context()))
+	release, ok := h.opts.InFlight.Acquire(auth.Client(r.Context()), auth.Tier(r.Context()))
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, apiError{Code: http.StatusTooManyRequests,
+			Message: fmt.Sprintf("too many requests in flight for this client%s; retry when one has finished", tierNote(c))})
+		return nil, false
+	}
+	return release, true
+}
+
+func tierNote(c clients.Client) string {
+	if n := c.Tier.ConcurrentRequests; n > 0 {
+		return fmt.Sprintf(" (its tier's concurrent_requests, %d)", n)
+	}
+	return ""
 }
 
 // refused answers a request without a valid credential, counting it

@@ -82,11 +82,16 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	r = r.WithContext(h.svc.asClient(r.Context(), sb.Client))
+	release, ok := h.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	if err := h.svc.runs.AllowCall(r.Context()); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	sb, ok := h.running(w, r, sb)
+	sb, ok = h.running(w, r, sb)
 	if !ok {
 		return
 	}
