@@ -176,6 +176,11 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, sb runbox.E2BS
 		}
 	}
 	sw := &statusWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+	// A call's body and its answer flow at once (a process's events
+	// stream while its input may still come): without this the server
+	// would close the body once the answer begins, and the proxy, still
+	// reading it, would drop its connection to the sandbox mid-answer.
+	_ = sw.rc.EnableFullDuplex()
 	limit := int64(maxCallBody)
 	switch {
 	case path == "/files" && r.Method == http.MethodPost:
@@ -193,20 +198,26 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, sb runbox.E2BS
 		r.Body = &idleBody{r: r.Body, limit: limit, rc: sw.rc, w: w}
 	}
 	_ = sw.rc.SetReadDeadline(time.Now().Add(readIdle))
+	// Recorded however the call ends: an answer cut short (the sandbox
+	// went) ends it by a panic the server expects.
+	defer func() { end(outcome(sw.status)) }()
 	if port == interpreterPort {
 		r.URL.Path = path
 		h.opts.Interpreter.Serve(sw, r, sb)
-	} else {
-		h.proxy.serve(sw, r, &route{sb: sb, port: port, path: path, api: !host})
+		return
 	}
-	code := ""
-	if sw.status >= 400 {
-		code = runbox.EInternal
-		if sw.status < 500 {
-			code = runbox.EInvalid
-		}
+	h.proxy.serve(sw, r, &route{sb: sb, port: port, path: path, api: !host})
+}
+
+// outcome is an answer's status as the audit log records it.
+func outcome(status int) string {
+	switch {
+	case status >= 500:
+		return runbox.EInternal
+	case status >= 400:
+		return runbox.EInvalid
 	}
-	end(code)
+	return ""
 }
 
 // statusWriter gives every write of an answer writeStall, and keeps its

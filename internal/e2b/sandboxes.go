@@ -425,8 +425,13 @@ func (s *Service) pause(ctx context.Context, sb runbox.E2BSandbox) (runbox.E2BSa
 		}
 	}
 	s.targets.forget(sb.ID)
-	return s.update(ctx, sb.ID, func(sb *runbox.E2BSandbox) error {
-		sb.State, sb.Run = runbox.E2BPaused, ""
+	ended := sb.Run
+	return s.update(ctx, sb.ID, func(now *runbox.E2BSandbox) error {
+		// Paused, unless another pause came first and a resume after it
+		// (its daemon is another run): that one stands.
+		if now.State == runbox.E2BRunning && now.Run == ended {
+			now.State, now.Run = runbox.E2BPaused, ""
+		}
 		return nil
 	})
 }
@@ -468,8 +473,9 @@ func (s *Service) resume(ctx context.Context, sb runbox.E2BSandbox, timeout time
 	}
 	started, err := s.start(cctx, sb)
 	if err != nil {
-		// Paused again, for a later try.
-		if _, perr := s.pause(context.WithoutCancel(ctx), sb); perr != nil {
+		// Paused again, for a later try (its daemon's run, if it got one,
+		// ended).
+		if _, perr := s.pause(context.WithoutCancel(ctx), started); perr != nil {
 			s.log.Warn("pause a sandbox that did not resume", "sandbox", sb.ID, "err", perr)
 		}
 		return sb, err

@@ -4,7 +4,10 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
     # context is the interpreter's own), its environment variables and
     # working directory for the cell only; its result, its error and its
     # count written to stdout as lines runbox reads (the nonce marks them).
-    import ast, base64, builtins, json, os, sys, traceback
+    # As in E2B's notebooks, the cell may be indented as a whole, its
+    # !lines are shell commands, and the working directory is named as the
+    # sandbox's home, /home/user, rather than /data, where it leads.
+    import ast, base64, builtins, json, os, re, subprocess, sys, textwrap, traceback
 
     main = globals()
 
@@ -14,8 +17,43 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
         sys.stdout.write("\x1eRBX" + nonce + ":" + json.dumps(obj) + "\n")
         sys.stdout.flush()
 
+    real_getcwd = os.getcwd
+
+    def getcwd():
+        d = real_getcwd()
+        return "/home/user" + d[len("/data"):] if d == "/data" or d.startswith("/data/") else d
+
+    def shell(command):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        env = dict(os.environ, PWD=getcwd())
+        p = subprocess.run(command, shell=True, executable="/bin/bash", env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        sys.stdout.write(p.stdout.decode(errors="replace"))
+
+    def with_shell(code):
+        # `!cmd` lines become calls of shell(), indented as they were.
+        return re.sub(r"(?m)^([ \t]*)!(.*)$", lambda m: m.group(1) + "__runbox_e2b_shell(" + repr(m.group(2)) + ")", code)
+
+    def data_of(value):
+        pd = sys.modules.get("pan" + "das")
+        if pd is None or not isinstance(value, pd.DataFrame):
+            return None
+        out = value.to_dict(orient="list")
+        return json.loads(json.dumps({k: [v.isoformat() if isinstance(v, pd.Timestamp) else v for v in vs]
+                                      for k, vs in out.items()}, default=str))
+
+    def text_of(value):
+        text = repr(value)
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+            text = text[1:-1]
+        return text
+
     def formats(value):
-        out = {"text": repr(value)}
+        out = {"text": text_of(value)}
+        data = data_of(value)
+        if data is not None:
+            out["data"] = data
         for attr, key in (("_repr_html_", "html"), ("_repr_markdown_", "markdown"), ("_repr_svg_", "svg"),
                           ("_repr_png_", "png"), ("_repr_jpeg_", "jpeg"), ("_repr_latex_", "latex"),
                           ("_repr_json_", "json"), ("_repr_javascript_", "javascript")):
@@ -62,14 +100,16 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
     counts[context or "default"] = count
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    here = os.getcwd()
+    here = real_getcwd()
+    os.getcwd = getcwd
+    builtins.__runbox_e2b_shell = shell
     # plt.show() shows its figures as the cell's results (runbox_inline).
     builtins.__runbox_show__ = lambda fig: emit(
         {"type": "result", "text": repr(fig), "png": figure_png(fig), "is_main_result": False})
     try:
         if cwd:
             os.chdir(cwd)
-        tree = ast.parse(src, "<cell>")
+        tree = ast.parse(with_shell(textwrap.dedent(src)), "<cell>")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
@@ -86,6 +126,8 @@ def __runbox_e2b_cell(src, context, env, cwd, nonce):
               "traceback": "".join(traceback.format_exception(type(e), e, tb))})
     finally:
         del builtins.__runbox_show__
+        del builtins.__runbox_e2b_shell
+        os.getcwd = real_getcwd
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

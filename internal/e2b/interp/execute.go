@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -56,9 +57,20 @@ func (in *Interpreter) execute(w http.ResponseWriter, r *http.Request, sb runbox
 		return
 	}
 	nonce := strings.ToLower(rand.Text())
-	spec := runbox.Spec{Language: runner, Code: body.Code, ConversationID: sb.ID, Env: body.EnvVars}
-	if runner == "python" {
+	// The sandbox's variables, then the execution's on top of them.
+	env := maps.Clone(sb.EnvVars)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, body.EnvVars)
+	body.EnvVars = env
+	spec := runbox.Spec{Language: runner, Code: body.Code, ConversationID: sb.ID, Env: env}
+	switch runner {
+	case "python":
 		spec = cellSpec(sb.ID, c, body, nonce)
+	case "shell":
+		// In the context's directory, named as the client knows it.
+		spec.Code = "cd " + shellQuote(c.Cwd) + " 2>/dev/null\n" + body.Code
 	}
 	run, err := in.runs.Submit(r.Context(), spec, "")
 	if err != nil {
@@ -79,6 +91,9 @@ func cellSpec(conv string, c runbox.E2BContext, body executeJSON, nonce string) 
 	code := cellHelper + "\n__runbox_e2b_cell(*__import__('json').loads(" + pyString(string(args)) + "))\n"
 	return runbox.Spec{Language: "python", KeepState: true, Code: code, ConversationID: conv}
 }
+
+// shellQuote quotes s for bash.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // pyString writes s as a Python string literal (JSON's escapes are
 // Python's, but for a few JSON never makes).
@@ -127,6 +142,12 @@ func (in *Interpreter) stream(w http.ResponseWriter, r *http.Request, run runbox
 	demux.flush()
 	if err != nil {
 		return // the caller went, or the service failed: the answer ends short
+	}
+	if res.Cancelled && r.Context().Err() == nil {
+		// Not this caller's doing: the sandbox was killed (or its run
+		// cancelled) under it. The answer is cut, as a dropped connection,
+		// which E2B's SDKs read as the sandbox's end.
+		panic(http.ErrAbortHandler)
 	}
 	if msg := failure(res, cell); msg != nil {
 		write(msg)

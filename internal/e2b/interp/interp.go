@@ -139,11 +139,16 @@ type contextJSON struct {
 	Cwd      string `json:"cwd"`
 }
 
-// defaultContext is the default context: the kept interpreter's own.
-var defaultContext = runbox.E2BContext{ID: "default", Language: "python", Cwd: home}
+// The default contexts, as E2B's interpreter has them: Python's, the kept
+// interpreter's own namespace, and JavaScript's (without kept state).
+var (
+	defaultContext    = runbox.E2BContext{ID: "default", Language: "python", Cwd: home}
+	javascriptContext = runbox.E2BContext{ID: "default-javascript", Language: "javascript", Cwd: home}
+)
 
 func listed(cs []runbox.E2BContext) []contextJSON {
-	out := []contextJSON{{ID: defaultContext.ID, Language: defaultContext.Language, Cwd: defaultContext.Cwd}}
+	out := []contextJSON{{ID: defaultContext.ID, Language: defaultContext.Language, Cwd: defaultContext.Cwd},
+		{ID: javascriptContext.ID, Language: javascriptContext.Language, Cwd: javascriptContext.Cwd}}
 	for _, c := range cs {
 		out = append(out, contextJSON{ID: c.ID, Language: c.Language, Cwd: c.Cwd})
 	}
@@ -188,7 +193,7 @@ func (in *Interpreter) create(w http.ResponseWriter, r *http.Request, sb runbox.
 // remove removes a context and forgets its namespace.
 func (in *Interpreter) remove(w http.ResponseWriter, r *http.Request, sb runbox.E2BSandbox, id string) {
 	c, ok := contextOf(sb, id)
-	if !ok || c.ID == defaultContext.ID {
+	if !ok || c.ID == defaultContext.ID || c.ID == javascriptContext.ID {
 		text(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", clip(id, 64)))
 		return
 	}
@@ -234,8 +239,11 @@ func (in *Interpreter) forget(ctx context.Context, sb runbox.E2BSandbox, c runbo
 
 // contextOf returns a sandbox's context by id: the default one too.
 func contextOf(sb runbox.E2BSandbox, id string) (runbox.E2BContext, bool) {
-	if id == defaultContext.ID {
+	switch id {
+	case defaultContext.ID:
 		return defaultContext, true
+	case javascriptContext.ID:
+		return javascriptContext, true
 	}
 	for _, c := range sb.Contexts {
 		if c.ID == id {
