@@ -36,7 +36,9 @@ type loopLink struct {
 	addr string
 }
 
-func (l loopLink) Probe(context.Context, string, string, int) ([]string, error) { return []string{"box"}, nil }
+func (l loopLink) Probe(context.Context, string, string, int) ([]string, error) {
+	return []string{"box"}, nil
+}
 
 func (l loopLink) Dial(ctx context.Context, _, _ string, _ int, _ []string) (net.Conn, error) {
 	var d net.Dialer
