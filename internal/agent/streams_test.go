@@ -271,6 +271,54 @@ func testProxyCarriesTheRun(t *testing.T, socket bool) {
 	}
 }
 
+// The executor's end of a stream to a port ends the connection to the
+// server, even a server that never reads: the stream leaves the
+// executor's session, and the server's writes fail.
+func TestStreamsEndWithTheExecutors(t *testing.T) {
+	c := startAgent(t)
+	deaf, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deaf.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := deaf.Accept(); err == nil {
+			held <- conn
+		}
+	}()
+	s, err := c.Dial(ctxFor(t), deaf.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	select {
+	case conn = <-held:
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server got no connection")
+	}
+	s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.mux.session().NumStreams() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream stayed in the executor's session: the agent held the server's connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The first write after the agent closed may be taken; the peer's
+	// reset fails the next ones.
+	for {
+		if _, err := conn.Write([]byte("push")); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server's writes still go through")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A reset ends every stream, and the next conversation gets a session of
 // its own.
 func TestStreamsEndAtReset(t *testing.T) {
