@@ -472,6 +472,10 @@ func TestPreviewStreams(t *testing.T) {
 		t.Errorf("an idle stream to a server that never reads lived on, %v after it opened", time.Since(opened).Round(time.Second))
 	}
 	t.Logf("the idle streams ended %v after they opened", time.Since(opened).Round(100*time.Millisecond))
+	time.Sleep(time.Until(opened.Add(idle + time.Second)))
+	if err := echo(echoed, "still here"); err != nil {
+		t.Errorf("a stream in use, %v after it opened: %v", time.Since(opened).Round(time.Second), err)
+	}
 	// The server that pushes learns its stream ended when it next pushes:
 	// nothing of the preview holds its connection.
 	var states string
@@ -485,10 +489,6 @@ func TestPreviewStreams(t *testing.T) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(time.Until(opened.Add(idle + time.Second)))
-	if err := echo(echoed, "still here"); err != nil {
-		t.Errorf("a stream in use, %v after it opened: %v", time.Since(opened).Round(time.Second), err)
 	}
 	// Its place came back.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
