@@ -335,12 +335,12 @@ func splice(a, b net.Conn) {
 // spliceToPort copies between c, a connection to a port in the sandbox,
 // and st, the executor's stream to it. The server's end passes on as a
 // half-close (it may have said all it will and still read), but the
-// executor's is the whole stream's: it closes its side only when the api
-// is done with the stream (the browser went, or the preview's idle time
-// or limits ended it), and yamux has no other close to say so. A server
+// executor's is the whole stream's: the api ends a stream only as a whole
+// (the browser went, or the preview's idle time, limits or expiry ended
+// it), and a yamux stream's close is the only way to say so. A server
 // that never reads, or that holds a connection its peer half-closed,
-// would otherwise keep the connection, this copy and the stream on both
-// ends for as long as it lives.
+// would otherwise keep the connection, these copies and the stream on
+// both ends for as long as it lives.
 func spliceToPort(c, st net.Conn) {
 	var wg sync.WaitGroup
 	wg.Go(func() { halfCopy(st, c) })
