@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -147,5 +148,24 @@ func TestWriteTarRoundTrips(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(dst, "l")); err != nil || string(got) != "deep" {
 		t.Fatalf("l: %q, %v", got, err)
+	}
+}
+
+// TestCopyOutKeepsHoles: tar carries a sparse file's holes as zeros;
+// the executor's copy leaves them holes again.
+func TestCopyOutKeepsHoles(t *testing.T) {
+	dir := t.TempDir()
+	body := make([]byte, 4<<20)
+	copy(body, "data")
+	if err := readInto(t, dir, 0, entry{name: "sparse", body: string(body)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "sparse"))
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("the copy: %d bytes, %v", len(got), err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "sparse"), &st); err != nil || st.Blocks*512 > 64<<10 {
+		t.Errorf("4 MiB of zeros and 4 bytes take %d bytes of blocks (%v)", st.Blocks*512, err)
 	}
 }

@@ -220,3 +220,26 @@ func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyInLimit: a folder whose files take more than the sandbox's
+// /data may hold, a sparse file counted whole (tar carries its holes as
+// zeros, and the pod writes them), is not copied in.
+func TestCopyInLimit(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sparse"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "sparse"), 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	held, err := holdFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// No engine: a copy in that began would fail otherwise.
+	f := &folderCopier{e: &Engine{}, dir: held, limit: 1 << 20}
+	if err := f.copyIn(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("copy in of a 2 MiB sparse file into 1 MiB: %v", err)
+	}
+}
