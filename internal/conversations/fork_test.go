@@ -1,7 +1,6 @@
 package conversations
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/snapshot"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
@@ -248,7 +247,7 @@ func TestForkState(t *testing.T) {
 	}
 }
 
-// TestForkSparse: six sparse files of a mebibyte each, 4 KiB of data
+// TestForkSparse: six sparse files of a mebibyte each, 8 KiB of data
 // apiece, in a conversation whose quota is a mebibyte (walk mode, which
 // counts them whole): forking it twice is refused with quota_exceeded
 // before anything is written — by the service, and by the store where
@@ -266,7 +265,7 @@ func TestForkSparse(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 6 {
-				sparseFile(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), 1<<20-4096)
+				sparsetest.File(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), 1<<20-4096)
 			}
 			before, _ := env.folders.Conversations()
 			if _, err := env.svc.Fork(alice, ForkRequest{ConversationID: "src", Count: 2}); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
@@ -288,29 +287,8 @@ func TestForkSparse(t *testing.T) {
 			}
 			for _, c := range got.Conversations {
 				fork, _ := runs.ConversationKey(alice, c.ConversationID)
-				p := filepath.Join(env.folders.Path(fork), "f5")
-				var st syscall.Stat_t
-				if err := syscall.Stat(p, &st); err != nil || st.Size != 1<<20-4096 || st.Blocks*512 > 64<<10 {
-					t.Errorf("%s: %d bytes, %d of blocks (%v): want its holes kept", c.ConversationID, st.Size, st.Blocks*512, err)
-				}
+				sparsetest.Check(t, filepath.Join(env.folders.Path(fork), "f5"), 1<<20-4096)
 			}
 		})
-	}
-}
-
-// sparseFile makes a file of size bytes whose only data is its first
-// block.
-func sparseFile(t *testing.T, p string, size int64) {
-	t.Helper()
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(bytes.Repeat([]byte{'x'}, 4096), 0); err != nil {
-		t.Fatal(err)
 	}
 }

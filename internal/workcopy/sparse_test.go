@@ -6,46 +6,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/s3store"
-	"github.com/runbox-dev/runbox/internal/store"
-	"github.com/runbox-dev/runbox/internal/testenv"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
-
-// sparseFile makes a file of size bytes whose only data is its first
-// block.
-func sparseFile(t *testing.T, p string, size int64) {
-	t.Helper()
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(bytes.Repeat([]byte{'x'}, 4096), 0); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestCopiesAndSparseFiles: the store counts every file whole (S3 has no
 // holes), and so do the copies. A push of sparse files past the quota —
-// six of a mebibyte with 4 KiB of data each, against a mebibyte — sends
+// six of a mebibyte with 8 KiB of data each, against a mebibyte — sends
 // nothing, and the next pull drops them; one within it is sent, and
 // another executor's pull writes its zeros as holes; a pull of a store
 // past the quota fetches nothing.
 func TestCopiesAndSparseFiles(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+	s3, versions := stores(t)
 	a, b := newExecutor(t, s3, versions), newExecutor(t, s3, versions)
 	const cid = "sparse"
 	pushSparse := func(e executor, files int, size int64) error {
@@ -58,7 +34,7 @@ func TestCopiesAndSparseFiles(t *testing.T) {
 		}
 		before, _ := e.folders.List(cid)
 		for i := range files {
-			sparseFile(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), size)
+			sparsetest.File(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), size)
 		}
 		after, _ := e.folders.List(cid)
 		return e.copies.Push(ctx, cid, before, after)
@@ -79,15 +55,7 @@ func TestCopiesAndSparseFiles(t *testing.T) {
 	if err := pushSparse(a, 1, 900<<10); err != nil {
 		t.Fatal(err)
 	}
-	b.run(t, cid, func(dir string) {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dir, "f0"), &st); err != nil || st.Size != 900<<10 || st.Blocks*512 > 64<<10 {
-			t.Errorf("the pulled file: %d bytes, %d of blocks (%v); want its zeros left holes", st.Size, st.Blocks*512, err)
-		}
-		if b, _ := os.ReadFile(filepath.Join(dir, "f0")); !bytes.Equal(b[:4096], bytes.Repeat([]byte{'x'}, 4096)) {
-			t.Error("the pulled file lost its data")
-		}
-	})
+	b.run(t, cid, func(dir string) { sparsetest.Check(t, filepath.Join(dir, "f0"), 900<<10) })
 
 	// Past the quota in the store (written behind its back).
 	if _, err := s3.Put(ctx, cid, "big", bytes.NewReader(make([]byte, 200<<10)), 200<<10); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
 func frame(typ byte, payload string) []byte {
@@ -226,12 +228,7 @@ func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
 // zeros, and the pod writes them), is not copied in.
 func TestCopyInLimit(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "sparse"), []byte("data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(filepath.Join(dir, "sparse"), 2<<20); err != nil {
-		t.Fatal(err)
-	}
+	sparsetest.File(t, filepath.Join(dir, "sparse"), 2<<20)
 	held, err := holdFolder(dir)
 	if err != nil {
 		t.Fatal(err)
