@@ -131,19 +131,17 @@ func (w walkSpace) prepare(_, filesDir string) error {
 // ErrUnmeasurable.
 func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 	m, err := measure(filesDir, w.timeout)
-	if err != nil {
+	if err != nil || w.overfull(m) {
 		return m.bytes, 0, err
-	}
-	if _, ok := w.copySize(m); !ok {
-		return m.bytes, 0, nil
 	}
 	return m.bytes, max(w.quota-m.bytes, 0), nil
 }
 
+// overfull reports a folder of more entries than one may hold.
+func (w walkSpace) overfull(m measured) bool { return w.files > 0 && m.entries > w.files }
+
 // copySize: a copy counts as its source does.
-func (w walkSpace) copySize(m measured) (int64, bool) {
-	return m.bytes, w.files <= 0 || m.entries <= w.files
-}
+func (w walkSpace) copySize(m measured) (int64, bool) { return m.bytes, !w.overfull(m) }
 
 // measured is what a walk of a folder found.
 type measured struct {
@@ -152,8 +150,8 @@ type measured struct {
 	entries int
 }
 
-// measure walks the folder filesDir (none is empty), within timeout
-// (ErrUnmeasurable past it, with what it counted so far).
+// measure walks the folder filesDir (a missing one is empty), within
+// timeout (ErrUnmeasurable past it, with what it counted so far).
 func measure(filesDir string, timeout time.Duration) (measured, error) {
 	var m measured
 	root, err := os.OpenRoot(filesDir)
