@@ -273,6 +273,7 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 	// the deployment's secret, as executors seal it: never in a sandbox.
 	forker := snapshot.NewKeeper(a.state, a.st.Conversations, a.secret, a.log.With("component", "snapshot"))
 	a.convs = conversations.NewService(a.fileStore, a.signer, a.runs, a.st, forker, conversations.Limits{
+		Quota:               cfg.QuotaBytes,
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
 		MaxInlineImages:     cfg.MaxInlineImages,

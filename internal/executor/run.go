@@ -393,7 +393,7 @@ func (e *Executor) collect(ctx context.Context, spec runbox.Spec, before []files
 		err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after)
 		unlock()
 		if err != nil {
-			return "could not save the conversation's files to the file store", err
+			return storeMessage("could not save the conversation's files to the file store", err), err
 		}
 	}
 	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
@@ -419,6 +419,16 @@ func rules(f *runbox.Filesystem) *agent.Rules {
 		return nil
 	}
 	return &agent.Rules{AllowWrite: f.AllowWrite, DenyRead: f.DenyRead, DenyWrite: f.DenyWrite}
+}
+
+// storeMessage is what a run's client is told of a copy to or from the
+// file store that failed: msg, or the refusal of files past the quota
+// (their bytes and the quota, nothing of the host).
+func storeMessage(msg string, err error) string {
+	if re, ok := errors.AsType[*runbox.Error](err); ok && re.Code == runbox.EQuotaExceeded {
+		return re.Message
+	}
+	return msg
 }
 
 // prepareError is a failure to prepare a run's folder, with what its
@@ -473,7 +483,7 @@ func (e *Executor) prepare(ctx context.Context, id string, spec runbox.Spec) (st
 			c.Forget(cid) // its folder was removed here
 		}
 		if err := c.Pull(ctx, cid, e.othersRunning(cid, id)); err != nil {
-			return "", nil, nil, &prepareError{"could not fetch the conversation's files from the file store", err}
+			return "", nil, nil, &prepareError{storeMessage("could not fetch the conversation's files from the file store", err), err}
 		}
 	}
 	before, err := e.folders.List(cid)

@@ -170,6 +170,22 @@ func (f *Folders) Usage(cid string) (used, free int64, err error) {
 	return f.usage(cid)
 }
 
+// StoredSize returns the bytes a conversation's files and saved state
+// take where holes take room as data does — in a file store, in an
+// archive: walk mode's measure (each entry its apparent size or its
+// blocks, whichever is more), whatever the mode. A copy there of files
+// past the quota by that measure is refused.
+func (f *Folders) StoredSize(cid string) (int64, error) {
+	if !runbox.ValidConversationKey(cid) {
+		return 0, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	if err := f.remount(cid); err != nil {
+		return 0, err
+	}
+	m, err := measure(f.Path(cid), walkTime)
+	return m.bytes + f.stateSize(cid), err
+}
+
 // usage is Usage of a conversation whose folder is mounted, if it has an
 // image. A saved interpreter state counts too (state.go). In loop mode
 // the image holds the state's room already (reserve), out of free; the

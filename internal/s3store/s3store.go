@@ -352,7 +352,9 @@ const maxCopying = 8
 
 // Fork copies every object of src to dst with server-side copies: no byte
 // passes through the service. Objects whose keys are not names a run could
-// have written are left out, as List leaves them. Installed packages stay
+// have written are left out, as List leaves them. A source that takes more
+// than the quota is refused (EQuotaExceeded) before anything is copied.
+// Installed packages stay
 // in executors' working copies and are not in the bucket: the fork has
 // none (Forked.Packages is false). S3 has no rename: a fork that fails
 // removes what it copied.
@@ -376,6 +378,9 @@ func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error
 		return true
 	})
 	if err != nil {
+		return runbox.Forked{}, err
+	}
+	if err := s.fits(ctx, src, objs); err != nil {
 		return runbox.Forked{}, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -403,6 +408,24 @@ func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error
 		done.Bytes += obj.Size
 	}
 	return done, nil
+}
+
+// fits checks, before anything is copied, that a fork of conversation
+// src's objects and saved state fits a conversation's quota: the fork
+// would hold them all, counted as every object is, whole.
+func (s *Store) fits(ctx context.Context, src string, objs []minio.ObjectInfo) error {
+	size, err := s.StateSize(ctx, src)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		size += obj.Size
+	}
+	if size > s.quota {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files take %d bytes, more than a conversation's quota of %d bytes", size, s.quota)
+	}
+	return nil
 }
 
 // Archive keeps the audit log's segments (audit.Archive) in the bucket,

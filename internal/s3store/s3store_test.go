@@ -1,6 +1,7 @@
 package s3store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -336,5 +337,25 @@ func TestState(t *testing.T) {
 	}
 	if used, err := s.ClientUsage(ctx, "alice"); err != nil || used != 0 {
 		t.Errorf("alice uses %d, %v", used, err)
+	}
+}
+
+// TestForkPastTheQuota: a source that takes more than a conversation's
+// quota (objects count whole: S3 has no holes) is refused before anything
+// is copied.
+func TestForkPastTheQuota(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	const src, dst = "~alice~big", "~alice~bigfork"
+	for _, n := range []string{"a.bin", "b.bin"} {
+		if _, err := s.Put(ctx, src, n, bytes.NewReader(make([]byte, 600<<10)), 600<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Fork(ctx, src, dst); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
+		t.Fatalf("fork of 1.2 MiB into 1 MiB: %+v, %v", got, err)
+	}
+	if ok, err := s.Exists(ctx, dst); err != nil || ok {
+		t.Errorf("a refused fork copied objects: %v, %v", ok, err)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/runbox-dev/runbox/internal/sparse"
 )
 
 // A sandbox's /data is an emptyDir of its pod: the executor's working
@@ -28,8 +30,10 @@ import (
 // executor, through an os.Root, from an archive whose every name it
 // checks (what a program leaves is hostile).
 
-// ErrTooLarge reports a sandbox's /data that holds more than the limit
-// CopyOut was given: nothing past it is copied.
+// ErrTooLarge reports files past the limit of a copy: a sandbox's /data
+// that holds more than CopyOut was given (nothing past it is copied), or a
+// folder whose files take more than its sandbox's /data may hold
+// (folderCopier: nothing is copied in).
 var ErrTooLarge = errors.New("kubernetes: the sandbox's files exceed their limit")
 
 // CopyIn replaces what the sandbox's /data holds with the folder dir:
@@ -202,7 +206,11 @@ func writeEntry(root *os.Root, name string, hdr *tar.Header, r io.Reader) (bool,
 		if err != nil {
 			return false, err
 		}
-		_, err = io.CopyN(f, r, hdr.Size)
+		// tar carries holes as zeros: blocks of them become holes again.
+		n, err := sparse.Write(f, io.LimitReader(r, hdr.Size))
+		if err == nil && n < hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
 // entry is one entry of a test archive.
@@ -148,4 +150,17 @@ func TestWriteTarRoundTrips(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(dst, "l")); err != nil || string(got) != "deep" {
 		t.Fatalf("l: %q, %v", got, err)
 	}
+}
+
+// TestCopyOutKeepsHoles: tar carries a sparse file's holes as zeros;
+// the executor's copy leaves them holes again.
+func TestCopyOutKeepsHoles(t *testing.T) {
+	dir := t.TempDir()
+	body := make([]byte, 4<<20)
+	copy(body, sparsetest.Data)
+	copy(body[len(body)-4096:], sparsetest.Data)
+	if err := readInto(t, dir, 0, entry{name: "sparse", body: string(body)}); err != nil {
+		t.Fatal(err)
+	}
+	sparsetest.Check(t, filepath.Join(dir, "sparse"), int64(len(body)))
 }

@@ -119,7 +119,7 @@ type folderCopier struct {
 	e     *Engine
 	pod   string
 	dir   *heldFolder
-	limit int64 // CopyOut's
+	limit int64 // CopyOut's, and the most a copy in carries
 
 	mu   sync.Mutex
 	last map[string]entryState // dir as the last copy left it, by relative name
@@ -183,12 +183,29 @@ func (f *folderCopier) copyIn() error {
 	if f.last != nil && maps.Equal(now, f.last) {
 		return nil
 	}
+	if err := f.fits(now); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
 	defer cancel()
 	if err := f.e.CopyIn(ctx, f.pod, dir); err != nil {
 		return err
 	}
 	f.last, f.outSum = now, ""
+	return nil
+}
+
+// fits checks, before anything is copied in, that the folder's files fit
+// the sandbox's /data: tar carries every file whole, holes as zeros, and
+// the pod writes them all.
+func (f *folderCopier) fits(entries map[string]entryState) error {
+	var size int64
+	for _, e := range entries {
+		size += e.size
+	}
+	if f.limit > 0 && size > f.limit {
+		return fmt.Errorf("%w: the folder's files take %d bytes, each whole however sparse; /data holds %d", ErrTooLarge, size, f.limit)
+	}
 	return nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
 func frame(typ byte, payload string) []byte {
@@ -218,5 +220,23 @@ func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
 				t.Fatal("a changed folder matches its start")
 			}
 		})
+	}
+}
+
+// TestCopyInLimit: a folder whose files take more than the sandbox's
+// /data may hold, a sparse file counted whole (tar carries its holes as
+// zeros, and the pod writes them), is not copied in.
+func TestCopyInLimit(t *testing.T) {
+	dir := t.TempDir()
+	sparsetest.File(t, filepath.Join(dir, "sparse"), 2<<20)
+	held, err := holdFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// No engine: a copy in that began would fail otherwise.
+	f := &folderCopier{e: &Engine{}, dir: held, limit: 1 << 20}
+	if err := f.copyIn(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("copy in of a 2 MiB sparse file into 1 MiB: %v", err)
 	}
 }
