@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 func frame(typ byte, payload string) []byte {
@@ -174,7 +176,7 @@ func TestCopyOutOnlyWhenDataChanged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &folderCopier{outSum: tt.outSum}
-			if _, unchanged := f.unchanged([]byte(tt.exit)); unchanged != tt.unchanged {
+			if unchanged := f.unchanged(exitOf([]byte(tt.exit)).DataSum); unchanged != tt.unchanged {
 				t.Errorf("unchanged: %v, want %v", unchanged, tt.unchanged)
 			}
 		})
@@ -216,6 +218,23 @@ func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
 			}
 			if now, _ := snapshot(dir); maps.Equal(now, f.last) {
 				t.Fatal("a changed folder matches its start")
+			}
+		})
+	}
+}
+
+// TestCopyOutSkippedPastQuota: a run whose agent stopped it past its
+// quota has nothing copied out (the engine is not even asked), and the
+// copier no longer takes the sandbox's /data for the folder's.
+func TestCopyOutSkippedPastQuota(t *testing.T) {
+	for _, bound := range []string{agent.QuotaBytes, agent.QuotaEntries} {
+		t.Run(bound, func(t *testing.T) {
+			f := &folderCopier{last: map[string]entryState{".": {}}, outSum: "s1"}
+			if err := f.copyOut([]byte(`{"exit_code":-1,"signal":9,"quota":"` + bound + `"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if f.last != nil || f.outSum != "" {
+				t.Errorf("after: last %v, sum %q; want the next run's copy in", f.last, f.outSum)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
@@ -117,7 +118,7 @@ func TestManagerMakesRoom(t *testing.T) {
 	c := testCluster(t)
 	e := c.engine(t)
 	mem := roomMemory(t, c, e, 2)
-	eng := &Sandboxes{Engine: e, DataLimit: 64 << 20, ImageList: func(context.Context, string) ([]engine.Image, error) {
+	eng := &Sandboxes{Engine: e, Quota: agent.Quota{Bytes: 64 << 20}, ImageList: func(context.Context, string) ([]engine.Image, error) {
 		return []engine.Image{{Tags: []string{c.image}, Labels: map[string]string{
 			sandbox.LabelRunner: "true", sandbox.LabelLanguage: "python"}}}, nil
 	}}
