@@ -11,7 +11,6 @@ import (
 
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
-	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // TestPodsHeldToTheQuota: through the sandbox manager, a pod's run that
@@ -23,24 +22,10 @@ func TestPodsHeldToTheQuota(t *testing.T) {
 	const quotaBytes, quotaFiles = 8 << 20, 20000
 	c := testCluster(t)
 	e := c.engine(t)
-	eng := &Sandboxes{Engine: e, Quota: agent.Quota{Bytes: quotaBytes, Entries: quotaFiles},
-		ImageList: func(context.Context, string) ([]engine.Image, error) {
-			return []engine.Image{{Tags: []string{c.image}, Labels: map[string]string{
-				sandbox.LabelRunner: "true", sandbox.LabelLanguage: "python"}}}, nil
-		}}
-	m := sandbox.NewManager(eng, sandbox.Options{ExecutorID: "ex-quota",
+	eng := &Sandboxes{Engine: e, Quota: agent.Quota{Bytes: quotaBytes, Entries: quotaFiles}, ImageList: c.images}
+	m := manager(t, eng, sandbox.Options{ExecutorID: "ex-quota",
 		Limits:  sandbox.Limits{Memory: 256 << 20, NanoCPUs: 1e9, Pids: 256, FileSize: quotaBytes},
 		MaxWarm: sandbox.WarmLimits{Default: 2}})
-	if _, err := m.Discover(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
 	dir := filepath.Join(t.TempDir(), "conv")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
