@@ -19,7 +19,9 @@ import (
 // and nothing of its files reaches the conversation's folder, so that
 // the next run finds the folder as the run before left it.
 func TestPodsHeldToTheQuota(t *testing.T) {
-	const quotaBytes, quotaFiles = 8 << 20, 20000
+	// 1000 entries of 4 KiB at least each take half the bytes: the
+	// entries are passed first.
+	const quotaBytes, quotaFiles = 8 << 20, 1000
 	c := testCluster(t)
 	e := c.engine(t)
 	eng := &Sandboxes{Engine: e, Quota: agent.Quota{Bytes: quotaBytes, Entries: quotaFiles}, ImageList: c.images}
