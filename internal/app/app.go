@@ -20,6 +20,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
@@ -259,6 +260,7 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.Egress.Secrets},
 		ServerIdle: cfg.ServerTTL,
 		LinkAddr:   linkAddr,
+		QuotaFiles: cfg.QuotaFiles,
 	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
 	if err := ex.Start(ctx); err != nil {
 		if linkListener != nil {
@@ -353,7 +355,9 @@ func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sand
 	if err != nil {
 		return nil, err
 	}
-	pods.DataLimit = cfg.QuotaBytes
+	// A pod shares no folder the executor could measure as its runs go,
+	// nor sets a ulimit: its agent holds it to the quota (package agent).
+	pods.Quota = agent.Quota{Bytes: cfg.QuotaBytes, Entries: cfg.QuotaFiles}
 	pods.ImageList = runners.Images
 	log.Info("runner images from a list", "file", k.RunnersFile, "images", len(runners))
 	return pods, nil

@@ -87,6 +87,9 @@ type Config struct {
 	// (package link), announced with its heartbeat; empty when the api
 	// runs it in its own process.
 	LinkAddr string
+	// QuotaFiles is the entries a conversation's files may hold
+	// (SANDBOX_QUOTA_FILES), for the error of a run stopped past them.
+	QuotaFiles int
 }
 
 // Executor takes runs off the queue and runs them.

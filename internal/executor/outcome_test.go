@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
@@ -55,6 +56,12 @@ func TestOutcome(t *testing.T) {
 		{name: "quota", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: errQuota, quota: 1000},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1,
 			message: "the conversation's files reached their quota of 1000 bytes; the program was stopped"},
+		{name: "past the quota's entries, in a pod", x: ending{outcome: sandbox.Outcome{ExitCode: -1, Quota: agent.QuotaEntries}, quota: 1000, files: 20},
+			status: runbox.StatusError, event: runbox.EventError, exit: -1,
+			message: "the conversation's files reached their quota of 20 entries; the program was stopped, and what it changed in them was not kept"},
+		{name: "past the quota's bytes, in a pod", x: ending{outcome: sandbox.Outcome{ExitCode: -1, Quota: agent.QuotaBytes}, quota: 1000, files: 20},
+			status: runbox.StatusError, event: runbox.EventError, exit: -1,
+			message: "the conversation's files reached their quota of 1000 bytes; the program was stopped, and what it changed in them was not kept"},
 		{name: "idle", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: errIdle, idle: "idle too long"},
 			status: runbox.StatusTimedOut, event: runbox.EventTimeout, exit: -1, timedOut: true, message: "idle too long"},
 		{name: "shutdown", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: ErrShutdown},

@@ -187,7 +187,7 @@ func (e *Executor) watched(c *claimed, id string, spec runbox.Spec, log *slog.Lo
 	stopIdle()
 	if stopWatch() && res.failure == nil && (res.status == runbox.StatusSucceeded || res.status == runbox.StatusFailed) {
 		log.Warn("run ended past the quota")
-		res.atQuota(e.folders.Quota(), false, time.Now())
+		res.atQuota(fmt.Sprintf("%d bytes", e.folders.Quota()), "", time.Now())
 	}
 	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
 	return res
@@ -236,18 +236,23 @@ func (st runState) fail(err error, msg string, now time.Time) runState {
 	return st
 }
 
-// atQuota makes st the result of a run whose files went past the quota:
-// stopped there, or found at it once it had ended (watchQuota).
-func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
-	msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes", quota)
-	if stopped {
-		msg += "; the program was stopped"
-	}
+// atQuota makes st the result of a run whose files went past the
+// quota's bound ("N bytes", "N entries"): stopped there (quotaStopped),
+// stopped by its sandbox's agent, its files not taken (quotaNotKept), or
+// found at it once it had ended (watchQuota: "").
+func (st *runState) atQuota(bound, then string, now time.Time) {
+	msg := "the conversation's files reached their quota of " + bound + then
 	st.status = runbox.StatusError
 	st.result.Success = false
 	st.result.Error = msg
 	st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
 }
+
+// What became of a run's program at its quota, for atQuota.
+const (
+	quotaStopped = "; the program was stopped"
+	quotaNotKept = "; the program was stopped, and what it changed in them was not kept"
+)
 
 // run runs a claimed run to its end, stage by stage: its network
 // (egress), its conversation's folder (workspace), its packages, its
@@ -305,7 +310,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		log.Warn("run stopped at the quota")
 	}
 	return outcome(st, ending{outcome: oc, err: runErr, cause: cause, timeout: spec.TimeoutSeconds,
-		quota: e.folders.Quota(), idle: e.idleMessage(), now: time.Now()})
+		quota: e.folders.Quota(), files: e.cfg.QuotaFiles, idle: e.idleMessage(), now: time.Now()})
 }
 
 // packages installs the run's packages, if it asks for any, and then

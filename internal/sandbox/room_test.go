@@ -32,6 +32,7 @@ type roomEngine struct {
 	boxes   map[string]*fakeBox
 	created int
 	refused int
+	quota   agent.Quota // its agents'
 }
 
 type fakeBox struct {
@@ -97,7 +98,7 @@ func (e *roomEngine) Create(_ context.Context, spec engine.Spec, _ io.Writer) (e
 		return engine.Attached{}, err
 	}
 	cfg := agent.Config{Launch: []string{"bash"}, Ext: "sh", Dir: spec.Mounts[0].Source, Scratch: scratch,
-		Env: []string{"PATH=" + os.Getenv("PATH")}}
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Quota: e.quota}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -394,4 +395,29 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestRunPastQuota: a run whose agent stopped it past its folder's
+// quota says which bound, and nothing else the agent says passes.
+func TestRunPastQuota(t *testing.T) {
+	dir := t.TempDir()
+	eng := newRoomEngine(t)
+	eng.quota = agent.Quota{Entries: 50}
+	eng.setRoom(4, false)
+	m := NewManager(eng, Options{ExecutorID: "test", MaxWarm: WarmLimits{Default: 1}})
+	if _, err := m.Discover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	for _, tt := range []struct{ code, want string }{
+		{code: "touch $(seq 1 100)", want: agent.QuotaEntries},
+		{code: "rm -f *; echo ok", want: ""},
+	} {
+		oc, err := m.Run(t.Context(), Request{RunID: "r", ConversationID: "c", Language: "bash",
+			Code: tt.code, Timeout: time.Minute, DataDir: dir}, func(Stream, []byte) {})
+		if err != nil || oc.Quota != tt.want {
+			t.Errorf("run %q: %+v, %v; want quota %q", tt.code, oc, err, tt.want)
+		}
+		m.bg.Wait() // the refill
+	}
 }

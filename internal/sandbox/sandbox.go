@@ -402,6 +402,12 @@ type Outcome struct {
 	// Phase is, for a compiled language, the phase that ended the run:
 	// agent.PhaseCompile or agent.PhaseRun; empty when unknown.
 	Phase string
+	// Quota is, when the sandbox's agent measures its folder (an
+	// engine's that copies it out: Kubernetes), the bound of the
+	// conversation's quota the run's files passed: agent.QuotaBytes or
+	// agent.QuotaEntries. The agent stopped the program there, the
+	// engine took none of its files, and the sandbox is removed.
+	Quota string
 	// unclean is set when the agent could not show that nothing of the
 	// program is left; the sandbox is then removed, never reused.
 	unclean bool
@@ -441,6 +447,11 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 	switch {
 	case err != nil:
 		m.discard(sb)
+	case oc.Quota != "":
+		// Its folder holds what the conversation's does not.
+		m.log.Info("a program's files passed their quota; removing its sandbox", "container", shortID(sb.id), "bound", oc.Quota)
+		m.discard(sb)
+		m.refill(runner, req)
 	case oc.unclean:
 		m.log.Warn("a program left processes the agent could not end; removing its sandbox", "container", shortID(sb.id))
 		m.discard(sb)

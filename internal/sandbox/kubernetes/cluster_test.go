@@ -290,7 +290,7 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: held, limit: 1 << 20})
+	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: held, quota: agent.Quota{Bytes: 1 << 20}})
 	t.Cleanup(func() {
 		synced.Close()
 		s.Close()

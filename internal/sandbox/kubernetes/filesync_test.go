@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
@@ -176,7 +177,7 @@ func TestCopyOutOnlyWhenDataChanged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &folderCopier{outSum: tt.outSum}
-			if _, unchanged := f.unchanged([]byte(tt.exit)); unchanged != tt.unchanged {
+			if unchanged := f.unchanged(exitOf([]byte(tt.exit)).DataSum); unchanged != tt.unchanged {
 				t.Errorf("unchanged: %v, want %v", unchanged, tt.unchanged)
 			}
 		})
@@ -235,8 +236,25 @@ func TestCopyInLimit(t *testing.T) {
 	}
 	defer held.Close()
 	// No engine: a copy in that began would fail otherwise.
-	f := &folderCopier{e: &Engine{}, dir: held, limit: 1 << 20}
+	f := &folderCopier{e: &Engine{}, dir: held, quota: agent.Quota{Bytes: 1 << 20}}
 	if err := f.copyIn(); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("copy in of a 2 MiB sparse file into 1 MiB: %v", err)
+	}
+}
+
+// TestCopyOutSkippedPastQuota: a run whose agent stopped it past its
+// quota has nothing copied out (the engine is not even asked), and the
+// copier no longer takes the sandbox's /data for the folder's.
+func TestCopyOutSkippedPastQuota(t *testing.T) {
+	for _, bound := range []string{agent.QuotaBytes, agent.QuotaEntries} {
+		t.Run(bound, func(t *testing.T) {
+			f := &folderCopier{last: map[string]entryState{".": {}}, outSum: "s1"}
+			if err := f.copyOut([]byte(`{"exit_code":-1,"signal":9,"quota":"` + bound + `"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if f.last != nil || f.outSum != "" {
+				t.Errorf("after: last %v, sum %q; want the next run's copy in", f.last, f.outSum)
+			}
+		})
 	}
 }
