@@ -162,7 +162,7 @@ func (s *Service) Read(ctx context.Context, cid, name string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	name, err = files.CleanName(name)
+	name, err = runbox.CleanFileName(name)
 	if err != nil {
 		return File{}, err
 	}

@@ -22,14 +22,11 @@ import (
 // id.
 const forksDir = ".forks"
 
-// ErrForkExists reports a fork's target that has a folder already.
-var ErrForkExists = runbox.Errorf(runbox.EConversationExists, "a conversation of that id exists already")
-
 // Fork copies conversation src's folder (installed packages included: they
 // live in it) to a new conversation dst. The copy is made aside, under
 // forksDir, in a folder bounded like any other (its own disk image in loop
 // mode), and renamed into place at the end without replacing anything: a
-// dst that has a folder by then is ErrForkExists, and a fork that fails
+// dst that has a folder by then is runbox.ErrForkExists, and a fork that fails
 // leaves nothing.
 //
 // Before anything is made, the source is measured as the fork's quota
@@ -51,7 +48,7 @@ func (f *Folders) Fork(ctx context.Context, src, dst string) (runbox.Forked, err
 		return runbox.Forked{}, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	if f.Exists(dst) {
-		return runbox.Forked{}, ErrForkExists
+		return runbox.Forked{}, runbox.ErrForkExists
 	}
 	f.removeStaleForks()
 	from, done, err := f.forkSource(src)
@@ -172,7 +169,7 @@ func (f *Folders) copyFolder(ctx context.Context, from *os.Root, to string) (run
 func (f *Folders) place(stage, dst string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, stage, unix.AT_FDCWD, f.convDir(dst), unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-		return ErrForkExists
+		return runbox.ErrForkExists
 	}
 	if err != nil {
 		return fmt.Errorf("place fork: %w", err)
@@ -264,7 +261,7 @@ func (c *treeCopy) file(p string, info fs.FileInfo) error {
 	}
 	c.left -= written
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, sparse.ErrBudget) {
-		return QuotaError(c.quota)
+		return runbox.FileQuotaError(c.quota)
 	}
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", p, err)

@@ -30,7 +30,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/config"
-	"github.com/runbox-dev/runbox/internal/files"
 )
 
 // maxSpooling bounds the uploads spooled to the local disk at once, and so
@@ -109,7 +108,7 @@ func (s *Store) key(conv, name string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	name, err = files.CleanName(name)
+	name, err = runbox.CleanFileName(name)
 	if err != nil {
 		return "", "", err
 	}
@@ -138,12 +137,12 @@ func (s *Store) List(ctx context.Context, conv string) ([]runbox.StoredFile, err
 	}
 	var out []runbox.StoredFile
 	err = s.list(ctx, prefix, func(obj minio.ObjectInfo) bool {
-		name, err := files.CleanName(strings.TrimPrefix(obj.Key, prefix))
-		if err != nil || name != strings.TrimPrefix(obj.Key, prefix) || strings.Count(name, "/") > files.MaxDepth {
+		name, err := runbox.CleanFileName(strings.TrimPrefix(obj.Key, prefix))
+		if err != nil || name != strings.TrimPrefix(obj.Key, prefix) || strings.Count(name, "/") > runbox.MaxListDepth {
 			return true // not a name a run could have written: never served
 		}
 		out = append(out, stored(name, obj))
-		return len(out) < files.MaxEntries
+		return len(out) < runbox.MaxListEntries
 	})
 	if err != nil {
 		return nil, err
@@ -169,7 +168,7 @@ func (s *Store) Open(ctx context.Context, conv, name string) (io.ReadSeekCloser,
 	if err != nil {
 		obj.Close()
 		if isNotFound(err) {
-			return nil, runbox.StoredFile{}, files.ErrNotFound
+			return nil, runbox.StoredFile{}, runbox.ErrFileNotFound
 		}
 		return nil, runbox.StoredFile{}, fmt.Errorf("open file: %w", err)
 	}
@@ -185,8 +184,8 @@ func isNotFound(err error) bool {
 // known before anything reaches the bucket, and a file over the limit or
 // the quota leaves no object behind.
 func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit int64, overwrite bool) (runbox.StoredFile, error) {
-	if !files.ValidFileName(name) {
-		return runbox.StoredFile{}, files.ErrFileName
+	if !runbox.ValidFileName(name) {
+		return runbox.StoredFile{}, runbox.ErrFileName
 	}
 	key, name, err := s.key(conv, name)
 	if err != nil {
@@ -196,7 +195,7 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	info, err := s.mc.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	switch {
 	case err == nil && !overwrite:
-		return runbox.StoredFile{}, files.ExistsError(name)
+		return runbox.StoredFile{}, runbox.FileExistsError(name)
 	case err == nil:
 		existing = info.Size
 	case !isNotFound(err):
@@ -223,9 +222,9 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	case err != nil:
 		return runbox.StoredFile{}, fmt.Errorf("read upload: %w", err)
 	case n > limit:
-		return runbox.StoredFile{}, files.TooLargeError(limit)
+		return runbox.StoredFile{}, runbox.FileTooLargeError(limit)
 	case n > free:
-		return runbox.StoredFile{}, files.QuotaError(s.quota)
+		return runbox.StoredFile{}, runbox.FileQuotaError(s.quota)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return runbox.StoredFile{}, fmt.Errorf("spool upload: %w", err)
@@ -238,7 +237,7 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	up, err := s.mc.PutObject(ctx, s.bucket, key, tmp, n, opts)
 	if err != nil {
 		if code := minio.ToErrorResponse(err).Code; code == "PreconditionFailed" {
-			return runbox.StoredFile{}, files.ExistsError(name)
+			return runbox.StoredFile{}, runbox.FileExistsError(name)
 		}
 		return runbox.StoredFile{}, fmt.Errorf("store file: %w", err)
 	}
@@ -368,11 +367,11 @@ func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error
 		return runbox.Forked{}, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	if exists, err := s.Exists(ctx, dst); err != nil || exists {
-		return runbox.Forked{}, cmp.Or(err, error(files.ErrForkExists))
+		return runbox.Forked{}, cmp.Or(err, error(runbox.ErrForkExists))
 	}
 	var objs []minio.ObjectInfo
 	err = s.list(ctx, from, func(obj minio.ObjectInfo) bool {
-		if name, err := files.CleanName(strings.TrimPrefix(obj.Key, from)); err == nil && from+name == obj.Key {
+		if name, err := runbox.CleanFileName(strings.TrimPrefix(obj.Key, from)); err == nil && from+name == obj.Key {
 			objs = append(objs, obj)
 		}
 		return true
@@ -508,7 +507,7 @@ func (s *Store) PutState(ctx context.Context, conv string, r io.Reader, limit in
 	lr := &limitedReader{r: r, left: limit}
 	up, err := s.mc.PutObject(ctx, s.bucket, key, lr, -1, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	if lr.over {
-		return 0, files.QuotaError(s.quota)
+		return 0, runbox.FileQuotaError(s.quota)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("store state: %w", err)
@@ -534,7 +533,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// OpenState opens the conversation's saved state; files.ErrNotFound when
+// OpenState opens the conversation's saved state; runbox.ErrFileNotFound when
 // none.
 func (s *Store) OpenState(ctx context.Context, conv string) (io.ReadCloser, error) {
 	key, err := s.stateKey(conv)
@@ -550,7 +549,7 @@ func (s *Store) OpenState(ctx context.Context, conv string) (io.ReadCloser, erro
 			obj.Close()
 		}
 		if isNotFound(err) {
-			return nil, files.ErrNotFound
+			return nil, runbox.ErrFileNotFound
 		}
 		return nil, fmt.Errorf("open state: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -332,7 +331,7 @@ func TestState(t *testing.T) {
 	if err := s.Remove(ctx, conv); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenState(ctx, conv); !errors.Is(err, files.ErrNotFound) {
+	if _, err := s.OpenState(ctx, conv); !errors.Is(err, runbox.ErrFileNotFound) {
 		t.Errorf("state after the conversation's removal: %v", err)
 	}
 	if used, err := s.ClientUsage(ctx, "alice"); err != nil || used != 0 {

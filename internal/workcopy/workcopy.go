@@ -186,7 +186,7 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 	}
 	// What is left here the store does not have: removed elsewhere, or
 	// written by a run whose push this executor did not finish.
-	if len(local) < files.MaxEntries && len(remote) < files.MaxEntries {
+	if len(local) < runbox.MaxListEntries && len(remote) < runbox.MaxListEntries {
 		for name, l := range here {
 			if busy && !inStep(l) {
 				kept++
@@ -301,7 +301,7 @@ func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.St
 	changed := files.Changed(before, after)
 	var removed []string
 	// A listing cut at its bound does not say what was removed.
-	if len(before) < files.MaxEntries && len(after) < files.MaxEntries {
+	if len(before) < runbox.MaxListEntries && len(after) < runbox.MaxListEntries {
 		now := make(map[string]bool, len(after))
 		for _, a := range after {
 			now[a.Name] = true
