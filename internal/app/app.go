@@ -34,6 +34,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 	"github.com/runbox-dev/runbox/internal/sandbox/kubernetes"
 	"github.com/runbox-dev/runbox/internal/sandbox/runnerlist"
 	"github.com/runbox-dev/runbox/internal/snapshot"
@@ -326,20 +327,37 @@ func egressProxy(cfg *config.Config, secret []byte, log *slog.Logger) (*egress.P
 		IdleTimeout: cfg.Egress.IdleTimeout, CA: ca, UpstreamRoots: cfg.Egress.UpstreamRoots, Logger: log}), nil
 }
 
-// sandboxEngine is the engine of an executor's sandboxes, which it
-// closes when it goes.
+// sandboxEngine is the engine of an executor's sandboxes, which says what
+// its sandboxes can do and which the executor closes when it goes.
 type sandboxEngine interface {
 	sandbox.Engine
+	Capabilities() engine.Capabilities
 	Close() error
 }
 
 // openEngine opens the engine SANDBOX_ENGINE names: the Docker Engine of
 // this host, or the Kubernetes cluster of KUBECONFIG (or the executor's
-// own pod's).
+// own pod's). Here alone is the engine's name read: what differs between
+// engines afterwards, the engine says (Capabilities).
 func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sandboxEngine, error) {
-	if cfg.Engine != "kubernetes" {
-		return docker.Open(ctx, docker.Options{Runtime: docker.RuntimeFor(cfg.Runtime)})
+	open := map[string]func(context.Context, *config.Config, *slog.Logger) (sandboxEngine, error){
+		"docker":     openDocker,
+		"kubernetes": openKubernetes,
+	}[cfg.Engine]
+	if open == nil {
+		return nil, fmt.Errorf("config: SANDBOX_ENGINE %q names no engine", cfg.Engine)
 	}
+	return open(ctx, cfg, log)
+}
+
+// openDocker opens the Docker Engine of this host.
+func openDocker(ctx context.Context, cfg *config.Config, _ *slog.Logger) (sandboxEngine, error) {
+	return docker.Open(ctx, docker.Options{Runtime: docker.RuntimeFor(cfg.Runtime)})
+}
+
+// openKubernetes opens the Kubernetes cluster of KUBECONFIG, or the
+// executor's own pod's.
+func openKubernetes(ctx context.Context, cfg *config.Config, log *slog.Logger) (sandboxEngine, error) {
 	k := cfg.Kubernetes
 	// A cluster lists no images with their labels: the runner images are
 	// those of the list the build wrote (package runnerlist says why).
@@ -364,7 +382,7 @@ func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sand
 }
 
 // sandboxManager is the manager of the executor's sandboxes on engine.
-func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, engine sandbox.Engine, folders *files.Folders,
+func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, eng sandboxEngine, folders *files.Folders,
 	proxy *egress.Proxy, state sandbox.StateKeeper, log *slog.Logger) (*sandbox.Manager, error) {
 	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
 	if err != nil {
@@ -374,24 +392,27 @@ func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, en
 	if err != nil {
 		return nil, err
 	}
-	// Idle sandboxes evicted from their conversations are reset and join
-	// the pool for new ones, rather than being removed, when their folder
-	// can be handed over (files.Folders.Recycle).
-	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
-		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+	caps := eng.Capabilities()
+	var recycle func(string, func(string) bool, time.Time) (string, error)
+	var sockets string
+	if caps.HostFolders {
+		// Idle sandboxes evicted from their conversations are reset and
+		// join the pool for new ones, rather than being removed, when
+		// their folder can be handed over (files.Folders.Recycle).
+		recycle = func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
+			return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+		}
+		// Beside the conversations, which the sandboxes mount from this
+		// host too. Without it, egress comes over the agent's stream.
+		sockets = filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID)
 	}
-	// Beside the conversations, which are on the Docker host too: the
-	// sandboxes mount them. A pod mounts nothing of a host (its files
-	// are carried, and egress comes over the agent's stream), and a
-	// folder handed over is not its sandbox's.
-	sockets := filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID)
-	// Pooled sandboxes wait on this host: at their memory limit, they may
-	// take half of what it has available now.
-	poolMemory := availableMemory() / 2
-	if cfg.Engine == "kubernetes" {
-		sockets, recycle, poolMemory = "", nil, 0
+	// Pooled sandboxes that wait on this host may take, at their memory
+	// limit, half of what it has available now.
+	var poolMemory int64
+	if caps.HostMemory {
+		poolMemory = availableMemory() / 2
 	}
-	return sandbox.NewManager(engine, sandbox.Options{
+	return sandbox.NewManager(eng, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Deployment: deployment,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,

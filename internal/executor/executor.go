@@ -22,6 +22,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/watchdog"
 	"github.com/runbox-dev/runbox/internal/workcopy"
@@ -225,7 +226,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.runners = runners
 	switch err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); {
-	case errors.Is(err, sandbox.ErrNoRoom):
+	case errors.Is(err, engine.ErrNoRoom):
 		// Not the runtime's fault: the engine is full, maybe of this
 		// executor's own orphans, which the reap below removes; a
 		// crash here would only restart into the same full engine.

@@ -9,6 +9,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // ending is what happened to a run's program, for outcome.
@@ -35,7 +36,7 @@ func outcome(st runState, x ending) runState {
 		oc.Cancelled, x.err = true, nil
 	}
 	switch {
-	case errors.Is(x.err, sandbox.ErrNoRoom):
+	case errors.Is(x.err, engine.ErrNoRoom):
 		return st.fail(x.err, errNoRoomMessage, x.now)
 	case x.err != nil:
 		return st.fail(x.err, "the sandbox failed while running the program", x.now)

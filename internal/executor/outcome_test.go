@@ -10,6 +10,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // TestOutcome: how a program ended decides the run's status, its result's
@@ -42,7 +43,7 @@ func TestOutcome(t *testing.T) {
 		{name: "sandbox failed", x: ending{err: broken},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
 			message: "the sandbox failed while running the program"},
-		{name: "no room for a sandbox", x: ending{err: fmt.Errorf("start a sandbox: %w", sandbox.ErrNoRoom)},
+		{name: "no room for a sandbox", x: ending{err: fmt.Errorf("start a sandbox: %w", engine.ErrNoRoom)},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
 			message: errNoRoomMessage},
 		{name: "cancelled while the sandbox started", x: ending{err: broken, cause: errUserCancel},

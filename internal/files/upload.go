@@ -97,4 +97,3 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	}
 	return Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()}, nil
 }
-

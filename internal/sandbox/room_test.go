@@ -89,7 +89,7 @@ func (e *roomEngine) Create(_ context.Context, spec engine.Spec, _ io.Writer) (e
 	defer e.mu.Unlock()
 	if e.room <= 0 {
 		e.refused++
-		return engine.Attached{}, fmt.Errorf("fake engine: %s: %w", spec.Name, ErrNoRoom)
+		return engine.Attached{}, fmt.Errorf("fake engine: %s: %w", spec.Name, engine.ErrNoRoom)
 	}
 	e.room--
 	e.created++
@@ -343,7 +343,7 @@ func TestMakeRoom(t *testing.T) {
 			} else {
 				err = run(tt.run, tt.lang, folder(tt.run))
 			}
-			if errors.Is(err, ErrNoRoom) != tt.noRoom || !tt.noRoom && err != nil {
+			if errors.Is(err, engine.ErrNoRoom) != tt.noRoom || !tt.noRoom && err != nil {
 				t.Fatalf("start: %v; want no room: %v", err, tt.noRoom)
 			}
 			if err != nil && !strings.Contains(err.Error(), tt.message) {

@@ -91,7 +91,7 @@ type Engine interface {
 	// Create creates and starts a sandbox with its first process's
 	// standard streams attached; its standard error goes to stderr. A
 	// failure leaves no sandbox behind; one for want of room wraps
-	// ErrNoRoom (room.go).
+	// engine.ErrNoRoom (room.go).
 	Create(ctx context.Context, spec engine.Spec, stderr io.Writer) (engine.Attached, error)
 	Kill(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error

@@ -328,7 +328,7 @@ func (m *Manager) Close() int {
 // it to a new conversation. Several may start at once; new conversations
 // that find the pool empty meanwhile wait for them (Adopt). It makes no
 // room for its sandbox: when the engine has none, or a run is making
-// some, it fails with ErrNoRoom.
+// some, it fails with engine.ErrNoRoom.
 func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error {
 	m.mu.Lock()
 	runner, ok := m.runners[language]

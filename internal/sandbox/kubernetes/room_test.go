@@ -62,7 +62,7 @@ func roomMemory(t *testing.T, c cluster, e *Engine, n int) int64 {
 }
 
 // TestNoRoomFailsFast: a pod the node has no room for fails its Create
-// with sandbox.ErrNoRoom as soon as the scheduler says so, and is
+// with engine.ErrNoRoom as soon as the scheduler says so, and is
 // removed; once a pod goes, the same Create succeeds.
 func TestNoRoomFailsFast(t *testing.T) {
 	c := testCluster(t)
@@ -91,7 +91,7 @@ func TestNoRoomFailsFast(t *testing.T) {
 	defer cancel()
 	begin := time.Now()
 	err := e.Create(ctx, extra)
-	if !errors.Is(err, sandbox.ErrNoRoom) {
+	if !errors.Is(err, engine.ErrNoRoom) {
 		t.Fatalf("Create beyond the node's room: %v; want ErrNoRoom", err)
 	}
 	t.Logf("no room, after %d ms: %v", time.Since(begin).Milliseconds(), err)

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/runbox-dev/runbox/internal/agent"
-	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
@@ -199,6 +198,11 @@ func (s *Sandboxes) Inspect(ctx context.Context, id string) (engine.State, error
 // Landlock: a node's kernel is not known here; gVisor has none.
 func (s *Sandboxes) Landlock() bool { return s.settings.RuntimeClass != "runsc" }
 
+// Capabilities: none beyond every engine's. A pod mounts nothing of the
+// executor's host (its files are carried in and out, egress comes over
+// its agent's stream) and takes a node's memory, not the executor's.
+func (s *Sandboxes) Capabilities() engine.Capabilities { return engine.Capabilities{} }
+
 // Open connects to the cluster of kubeconfig (in-cluster if "") and
 // returns the engine of sandbox pods in namespace under runtimeClass.
 // Sandboxes wait for their isolation from the API server (the address
@@ -236,8 +240,6 @@ func Open(ctx context.Context, kubeconfig, namespace, runtimeClass string) (*San
 
 // Close releases nothing: the engine's connections are client-go's.
 func (s *Sandboxes) Close() error { return nil }
-
-var _ sandbox.Engine = (*Sandboxes)(nil)
 
 // RouteClientLogs sends what client-go logs (through klog: a watch that
 // ended, a throttled request, a retried connection) to log, rather than
