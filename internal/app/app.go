@@ -179,7 +179,9 @@ func Signer(cfg *config.Config, secret []byte) *files.Signer {
 func OpenS3(ctx context.Context, cfg *config.Config) (*s3store.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return s3store.Open(octx, cfg.FileStore, cfg.QuotaBytes)
+	fs := cfg.FileStore
+	return s3store.Open(octx, &s3store.Options{Bucket: fs.Bucket, Prefix: fs.Prefix, Endpoint: fs.Endpoint, Region: fs.Region,
+		AccessKey: fs.AccessKey, SecretKey: fs.SecretKey, SessionToken: fs.SessionToken}, cfg.QuotaBytes)
 }
 
 // Executor is an executor and what it holds open.

@@ -29,7 +29,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 // maxSpooling bounds the uploads spooled to the local disk at once, and so
@@ -47,9 +46,21 @@ type Store struct {
 
 var _ runbox.FileStore = (*Store)(nil)
 
+// Options say where the bucket is and who opens it.
+type Options struct {
+	Bucket string
+	Prefix string // "" or ending in '/'
+	// Endpoint is the S3 server's http(s) URL; empty: AWS.
+	Endpoint string
+	Region   string
+	// AccessKey, SecretKey and SessionToken are the credentials; without
+	// them the shared credentials file and the instance role are tried.
+	AccessKey, SecretKey, SessionToken string
+}
+
 // Open connects to the bucket cfg names, making it if it does not exist,
 // and holds each conversation to quota bytes.
-func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
+func Open(ctx context.Context, cfg *Options, quota int64) (*Store, error) {
 	endpoint, secure := "s3.amazonaws.com", true
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
