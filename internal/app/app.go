@@ -205,10 +205,10 @@ func (e *Executor) Close() {
 // deployment's maintenance runs while elector, the process's, leads. A
 // standalone executor serves the api's link to its sandboxes; an embedded
 // one is called in its process.
-func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, elector *leader.Elector,
+func StartExecutor(ctx context.Context, cfg *Config, conn *store.Conn, elector *leader.Elector,
 	metrics prometheus.Registerer, log *slog.Logger, standalone bool) (_ *Executor, err error) {
 	st := store.New(conn)
-	engine, err := openEngine(ctx, cfg, log)
+	engine, err := openEngine(ctx, cfg.Config, log)
 	if err != nil {
 		return nil, err
 	}
@@ -217,15 +217,15 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 			engine.Close()
 		}
 	}()
-	folders, err := Folders(cfg)
+	folders, err := Folders(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	secret, err := Secret(ctx, cfg, st.Conversations)
+	secret, err := Secret(ctx, cfg.Config, st.Conversations)
 	if err != nil {
 		return nil, err
 	}
-	copies, stateBlobs, err := workingCopies(ctx, cfg, folders, st.Conversations, log)
+	copies, stateBlobs, err := workingCopies(ctx, cfg.Config, folders, st.Conversations, log)
 	if err != nil {
 		return nil, err
 	}
@@ -238,11 +238,11 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 		return nil, err
 	}
 	state := snapshot.NewKeeper(stateBlobs, st.Conversations, secret, log.With("component", "snapshot"))
-	sandboxes, err := sandboxManager(ctx, cfg, st, engine, folders, proxy, state, log)
+	sandboxes, err := sandboxManager(ctx, cfg.Config, st, engine, folders, proxy, state, log)
 	if err != nil {
 		return nil, err
 	}
-	linkListener, linkAddr, err := executorLink(cfg, standalone)
+	linkListener, linkAddr, err := executorLink(cfg.Config, standalone)
 	if err != nil {
 		return nil, err
 	}
@@ -260,18 +260,18 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 		Schedule:      elector.Every,
 		MaxDetached:   cfg.MaxDetached,
 		Egress: &executor.Egress{Proxy: proxy, PipIndexURL: cfg.PipIndexURL, NPMRegistry: cfg.NPMRegistry,
-			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.Egress.Secrets},
+			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.EgressPolicy.Secrets},
 		ServerIdle: cfg.ServerTTL,
 		LinkAddr:   linkAddr,
 		QuotaFiles: cfg.QuotaFiles,
-	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
+	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg.Config, secret), log)
 	if err := ex.Start(ctx); err != nil {
 		if linkListener != nil {
 			linkListener.Close()
 		}
 		return nil, err
 	}
-	background := executorBackground(cfg, st, folders, copies, linkListener, secret, ex, log)
+	background := executorBackground(cfg.Config, st, folders, copies, linkListener, secret, ex, log)
 	if err := background.Start(context.WithoutCancel(ctx)); err != nil {
 		ex.Shutdown(ctx)
 		return nil, err
@@ -314,17 +314,18 @@ func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folde
 
 // egressProxy is the proxy the connections programs make to their
 // sandbox's proxy listener come to, with the run their sandbox runs.
-func egressProxy(cfg *config.Config, secret []byte, log *slog.Logger) (*egress.Proxy, error) {
+func egressProxy(cfg *Config, secret []byte, log *slog.Logger) (*egress.Proxy, error) {
 	// The CA of the secrets' domains is the deployment's: derived from
 	// its shared secret, the same on every executor, stored nowhere.
 	var ca *egress.CA
-	if len(cfg.Egress.Secrets) > 0 {
+	policy := cfg.EgressPolicy
+	if len(policy.Secrets) > 0 {
 		var err error
-		if ca, err = egress.NewCA(secret, cfg.Egress.Secrets.Domains(), nil); err != nil {
+		if ca, err = egress.NewCA(secret, policy.Secrets.Domains(), nil); err != nil {
 			return nil, err
 		}
 	}
-	return egress.New(egress.Settings{Hosts: cfg.Egress.Hosts, Deny: cfg.Egress.Deny, MaxBytes: cfg.Egress.MaxBytes,
+	return egress.New(egress.Settings{Hosts: policy.Hosts, Deny: policy.Deny, MaxBytes: cfg.Egress.MaxBytes,
 		MaxConnections: cfg.Egress.MaxConnections, ConnectTimeout: cfg.Egress.ConnectTimeout,
 		IdleTimeout: cfg.Egress.IdleTimeout, CA: ca, UpstreamRoots: cfg.Egress.UpstreamRoots, Logger: log}), nil
 }

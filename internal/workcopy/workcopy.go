@@ -156,6 +156,29 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		return fmt.Errorf("open working copy: %w", err)
 	}
 	defer root.Close()
+	fetched, kept, err := c.reconcile(ctx, root, cid, m, local, remote, busy)
+	if err != nil {
+		return err
+	}
+	// The room of the conversation's saved state in the store, which
+	// its files leave it (its changes take versions too: State).
+	if err := c.folders.HoldState(cid, state); err != nil {
+		return err
+	}
+	if kept == 0 {
+		m.version = v
+	}
+	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
+	return nil
+}
+
+// reconcile makes the copy's files (local, in root) the store's (remote),
+// as Pull says: it fetches those the store changed and removes those it
+// does not have, and when busy keeps those the copy changed. It returns
+// how many it fetched and kept, and notes what it fetched and removed in
+// m.
+func (c *Copies) reconcile(ctx context.Context, root *os.Root, cid string, m *manifest, local, remote []runbox.StoredFile,
+	busy bool) (fetched, kept int, err error) {
 	here := make(map[string]runbox.StoredFile, len(local))
 	for _, l := range local {
 		here[l.Name] = l
@@ -166,7 +189,6 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		s, known := m.files[l.Name]
 		return known && s.size == l.Size && s.modTime.Equal(l.ModTime)
 	}
-	fetched, kept := 0, 0
 	for _, r := range remote {
 		l, ok := here[r.Name]
 		delete(here, r.Name)
@@ -179,7 +201,7 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		}
 		s, err := c.fetch(ctx, root, cid, r.Name)
 		if err != nil {
-			return err
+			return fetched, kept, err
 		}
 		m.files[r.Name] = s
 		fetched++
@@ -193,21 +215,12 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 				continue
 			}
 			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove a file the store does not have: %w", err)
+				return fetched, kept, fmt.Errorf("remove a file the store does not have: %w", err)
 			}
 			delete(m.files, name)
 		}
 	}
-	// The room of the conversation's saved state in the store, which
-	// its files leave it (its changes take versions too: State).
-	if err := c.folders.HoldState(cid, state); err != nil {
-		return err
-	}
-	if kept == 0 {
-		m.version = v
-	}
-	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
-	return nil
+	return fetched, kept, nil
 }
 
 // remoteFits checks, before anything is fetched, that the store's files
