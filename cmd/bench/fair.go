@@ -50,7 +50,7 @@ func fairRows(ctx context.Context, binDir string, n int) ([]row, error) {
 	}
 	b, i := bench.Summarize(beside), bench.Summarize(idle)
 	return []row{{
-		measure: fmt.Sprintf("another client's run (bash `echo`, `POST /v1/runs?wait=true`, %d one after another) while one client has %d runs of `sleep 1` queued (two batches), on 2 slots", n, floodRuns),
+		measure:  fmt.Sprintf("another client's run (bash `echo`, `POST /v1/runs?wait=true`, %d one after another) while one client has %d runs of `sleep 1` queued (two batches), on 2 slots", n, floodRuns),
 		result:   fmt.Sprintf("p50 %s, p99 %s", ms(b.Median), ms(b.P99)),
 		baseline: fmt.Sprintf("the service idle: p50 %s, p99 %s", ms(i.Median), ms(i.P99)),
 		ratio:    ratio(b.Median, i.Median),
@@ -59,4 +59,6 @@ func fairRows(ctx context.Context, binDir string, n int) ([]row, error) {
 	}}, nil
 }
 
-func onlyFair(ctx context.Context, binDir string, n int) ([]row, error) { return fairRows(ctx, binDir, n) }
+func onlyFair(ctx context.Context, binDir string, n int) ([]row, error) {
+	return fairRows(ctx, binDir, n)
+}
