@@ -87,21 +87,11 @@ func (m *Manager) freeRoom(lang string) *sandbox {
 		m.discard(oldest)
 		return oldest
 	}
-	largest := ""
-	for l, p := range m.pool {
-		if n := len(p); n > 0 && (largest == "" || n > len(m.pool[largest]) || n == len(m.pool[largest]) && l < largest) {
-			largest = l
-		}
-	}
-	if largest == "" {
-		m.mu.Unlock()
+	pooled, ok := m.policy.popForRoom()
+	m.mu.Unlock()
+	if !ok {
 		return nil
 	}
-	// The newest: those that waited longest go first to new conversations.
-	p := m.pool[largest]
-	pooled := p[len(p)-1]
-	m.pool[largest] = p[:len(p)-1]
-	m.mu.Unlock()
 	m.discard(pooled)
 	return pooled
 }

@@ -356,7 +356,7 @@ func TestMakeRoom(t *testing.T) {
 				warmAfter = append(warmAfter, k.conversation)
 			}
 			pooledLeft := map[string]int{}
-			for lang, p := range m.pool {
+			for lang, p := range m.policy.pool {
 				if len(p) > 0 {
 					pooledLeft[lang] = len(p)
 				}

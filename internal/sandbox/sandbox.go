@@ -1,14 +1,18 @@
-// Package sandbox runs programs in locked-down sandboxes of an Engine
-// (package docker's: Docker containers on the executor's host).
+// Package sandbox runs programs in locked-down sandboxes of an Engine:
+// package docker's (containers on the executor's host, under runc or
+// gVisor) or package kubernetes's (pods of a cluster).
 //
-// A sandbox runs the runner agent (package agent) as its command; the
-// Manager talks to it over the container's attached stdin and stdout, so a
-// run costs no Docker API call once its container is up. A container is
+// A sandbox runs the runner agent (package agent) as its first process;
+// the Manager talks to it over that process's attached stdin and stdout,
+// so a run costs no engine API call once its sandbox is up. A sandbox is
 // started for a conversation and language, mounts that conversation's
 // folder at /data, and stays with it while it is used: later runs of the
 // conversation reuse it (warm.go). It is never shared with another
 // conversation, and it is removed when it idles past its TTL, when a run
 // is killed (timeout, cancel), or when anything about it is in doubt.
+// Sandboxes for new conversations wait started in a pool, whose policy
+// (how many, when to start, when to reclaim an idle one) is apart from
+// their lifecycle (policy.go).
 package sandbox
 
 import (
@@ -183,26 +187,16 @@ type Manager struct {
 	// execTmpfs is the size of the exec tmpfs each language's image asks
 	// for (LabelExecTmpfs), by language; none if absent.
 	execTmpfs map[string]string
-	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
-	demand    *demand               // how many the pool should hold
-	// starting counts the pool's sandboxes starting (Prestart), waiting
-	// the new conversations that wait for one of them (Adopt), by
-	// language; poolChanged is closed, and replaced, when a sandbox joins
-	// a pool or a start ends.
-	starting, waiting map[string]int
-	// recycling counts the sandboxes being recycled into each language's
-	// pool (recycle.go): coming, as those starting are.
-	recycling map[string]int
-	// pressed is when the last two new conversations found their
-	// language's pool empty, the earlier first (reclaim.go).
-	pressed map[string][2]time.Time
-	// starved is when a new conversation last waited in vain and started
-	// a sandbox of its own; reclaimed, when each conversation's sandbox
-	// was last reclaimed (reclaim.go).
-	starved, reclaimed map[string]time.Time
-	poolChanged        chan struct{}
-	wants              chan struct{} // a new conversation asked (PoolWants)
-	clock              clockwork.Clock
+	// policy holds the pre-started sandboxes for new conversations, by
+	// language, and decides for their pool (policy.go); demand, how many
+	// it should hold.
+	policy *poolPolicy[*sandbox]
+	demand *demand
+	// poolChanged is closed, and replaced, when a sandbox joins a pool or
+	// a start ends.
+	poolChanged chan struct{}
+	wants       chan struct{} // a new conversation asked (PoolWants)
+	clock       clockwork.Clock
 	// roomWanted counts the runs making room for their sandbox
 	// (createRoom): the pool starts none meanwhile.
 	roomWanted int
@@ -236,9 +230,7 @@ func NewManager(eng Engine, opts Options) *Manager {
 		engine: eng, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
 		held: map[string]int{},
-		pool: map[string][]*sandbox{}, demand: newDemand(clock),
-		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
-		pressed: map[string][2]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
+		policy: newPoolPolicy[*sandbox](opts.Recycle != nil), demand: newDemand(clock),
 		poolChanged: make(chan struct{}),
 		wants:       make(chan struct{}, 1), clock: clock,
 	}

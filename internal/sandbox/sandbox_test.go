@@ -586,7 +586,7 @@ func TestPool(t *testing.T) {
 	if m.Pooled("bash") != 1 || m.Pooled("python") != 0 {
 		t.Fatalf("pooled %d bash, %d python", m.Pooled("bash"), m.Pooled("python"))
 	}
-	pooled := m.pool["bash"][0].id[:12]
+	pooled := m.policy.pool["bash"][0].id[:12]
 	conv := filepath.Join(base, "conv")
 	adopted := m.Adopt(context.Background(), "conv-x", "bash", func(s string) (string, error) {
 		if s != slot {
