@@ -229,7 +229,7 @@ func NewManager(eng Engine, opts Options) *Manager {
 	return &Manager{
 		engine: eng, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
-		held: map[string]int{},
+		held:   map[string]int{},
 		policy: newPoolPolicy[*sandbox](opts.Recycle != nil), demand: newDemand(clock),
 		poolChanged: make(chan struct{}),
 		wants:       make(chan struct{}, 1), clock: clock,
