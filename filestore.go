@@ -3,6 +3,9 @@ package runbox
 import (
 	"context"
 	"io"
+	"path"
+	"regexp"
+	"strings"
 	"time"
 )
 
@@ -48,6 +51,74 @@ type FileStore interface {
 	// later writes to either never show in the other. It is whole or not
 	// at all: a fork that fails leaves nothing of dst.
 	Fork(ctx context.Context, src, dst string) (Forked, error)
+}
+
+// What every file store refuses, and says so alike.
+var (
+	// ErrFileNotFound reports a file that does not exist or is not a
+	// regular file.
+	ErrFileNotFound = Errorf(ENotFound, "no such file")
+	// ErrFileName reports an upload's name that ValidFileName refuses.
+	ErrFileName = Errorf(EInvalidPath,
+		"file names may hold only letters, digits, '.', '_' and '-', may not start with a dot, and have at most 255 bytes")
+	// ErrForkExists reports a fork's target that has files already.
+	ErrForkExists = Errorf(EConversationExists, "a conversation of that id exists already")
+)
+
+// FileExistsError reports an upload whose name is taken.
+func FileExistsError(name string) error {
+	return Errorf(EFileExists, "%s exists; pass overwrite to replace it", name)
+}
+
+// FileTooLargeError reports an upload over the limit.
+func FileTooLargeError(limit int64) error {
+	return Errorf(ETooLarge, "the file is larger than the limit of %d bytes", limit)
+}
+
+// FileQuotaError reports a write that would take a conversation past its
+// quota.
+func FileQuotaError(quota int64) error {
+	return Errorf(EQuotaExceeded, "the conversation's files would exceed its quota of %d bytes", quota)
+}
+
+// A listing of a conversation's files is bounded, whatever the store: a
+// program may write millions of files, and nest them deep.
+const (
+	MaxListEntries = 1000
+	MaxListDepth   = 8
+)
+
+var fileNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}$`)
+
+// ValidFileName reports whether name may name an uploaded file: letters,
+// digits, '.', '_' and '-', not starting with a dot, at most 255 bytes. Such
+// a name is one path element and never a hidden or special one.
+func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) }
+
+// CleanFileName checks a slash-separated path relative to /data (a name
+// from a listing or a store's key, or a client's "path" with or without
+// /data/ or /mnt/data/, the same folder in every sandbox) and returns it
+// clean.
+func CleanFileName(name string) (string, error) {
+	if rest, ok := strings.CutPrefix(name, "/mnt/data/"); ok {
+		name = rest
+	} else {
+		name = strings.TrimPrefix(name, "/data/")
+	}
+	bad := name == "" || len(name) > 1024 || strings.ContainsRune(name, 0) ||
+		strings.HasPrefix(name, "/") || strings.Contains(name, "\\")
+	if !bad {
+		for seg := range strings.SplitSeq(name, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				bad = true
+				break
+			}
+		}
+	}
+	if bad || path.Clean(name) != name {
+		return "", Errorf(EInvalidPath, "invalid file path")
+	}
+	return name, nil
 }
 
 // Forked is what a fork copied.

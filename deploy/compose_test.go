@@ -24,6 +24,7 @@ import (
 
 	"github.com/runbox-dev/runbox/internal/bench"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker/dockertest"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -151,7 +152,7 @@ func up(t *testing.T, executors int) *stack {
 		t:       t,
 		compose: composeCommand(t),
 		url:     fmt.Sprintf("http://127.0.0.1:%d", port),
-		docker:  testenv.Docker(t),
+		docker:  dockertest.Client(t),
 		env: append(os.Environ(),
 			"COMPOSE_PROJECT_NAME="+project,
 			"COMPOSE_FILE="+filepath.Join("..", "docker-compose.yml"),

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -16,9 +15,9 @@ import (
 )
 
 const (
-	floodToken = "flood-token-0123456789"
+	floodToken     = "flood-token-0123456789"
 	bystanderToken = "bystander-token-0123456789"
-	dayToken   = "day-token-0123456789"
+	dayToken       = "day-token-0123456789"
 )
 
 // redisMaxMemory is the Redis of TestOneClient: full, as deployed
@@ -48,20 +47,7 @@ clients:
 		engine:    "docker",
 	})
 	rdb := testenv.Client(t, s.redisURL)
-	used := func() int64 {
-		info, err := rdb.Info(context.Background(), "memory").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		t.Fatal("no used_memory")
-		return 0
-	}
+	used := func() int64 { return redisUsed(t, rdb) }
 	sleeps := func(n int, pad int) []map[string]any {
 		runs := make([]map[string]any, n)
 		for i := range runs {

@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox/internal/sandbox"
-	"github.com/runbox-dev/runbox/internal/testenv"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker/dockertest"
 )
 
 // Attacks a program may try on the sandbox it runs in, through the whole
@@ -311,7 +311,7 @@ print("opened", opened)`
 		if onKubernetes {
 			return
 		}
-		docker := testenv.Docker(t)
+		docker := dockertest.Client(t)
 		for _, id := range s.executors {
 			list, err := docker.ContainerList(context.Background(), client.ContainerListOptions{
 				All: true, Filters: client.Filters{}.Add("label", sandbox.LabelExecutor+"="+id),

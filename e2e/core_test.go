@@ -762,6 +762,10 @@ func TestConfigErrors(t *testing.T) {
 		{bin.api, []string{"SANDBOX_MEMORY_LIMIT=lots"}, "SANDBOX_MEMORY_LIMIT"},
 		{bin.api, []string{"SANDBOX_EXEC_TIMEOUT=soon"}, "SANDBOX_EXEC_TIMEOUT"},
 		{bin.api, []string{"MCP_API_TOKENS=nocolon"}, "MCP_API_TOKENS"},
+		// A part's own setting (app.Load has the part read it), in either
+		// process, before Redis is reached.
+		{bin.api, []string{"SANDBOX_EGRESS_HOSTS=pypi.internal"}, "SANDBOX_EGRESS_HOSTS"},
+		{bin.executor, []string{"REDIS_URL=redis://127.0.0.1:1/0", "CLIENTS_FILE=/nonexistent/clients.yaml"}, "CLIENTS_FILE"},
 		{bin.api, []string{"REDIS_URL=redis://127.0.0.1:1/0"}, "not reachable"},
 		{bin.executor, nil, "REDIS_URL is required"},
 		// A misspelt limit never leaves the limit off.

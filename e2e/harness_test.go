@@ -25,7 +25,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -81,7 +81,7 @@ type service struct {
 
 	// s3 is the remote file store, when the service uses one; each
 	// executor then has a SANDBOX_ROOT of its own under rootsDir, in roots.
-	s3       *config.S3
+	s3       *s3store.Options
 	rootsDir string
 	roots    map[string]string // by executor id
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -91,20 +90,7 @@ func TestRedisPerRun(t *testing.T) {
 	s := start(t, options{})
 	cs := s.session(nil)
 	rdb := testenv.Client(t, s.redisURL)
-	used := func() int64 {
-		info, err := rdb.Info(context.Background(), "memory").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		t.Fatal("no used_memory")
-		return 0
-	}
+	used := func() int64 { return redisUsed(t, rdb) }
 	// Flushed a line at a time, more than either stream keeps.
 	code := "import sys\nfor i in range(5000):\n    print('o' * 49, flush=True)\n    print('e' * 49, file=sys.stderr, flush=True)"
 	runCode(t, cs, map[string]any{"language": "python", "conversationId": "mem", "code": "print(1)"})

@@ -303,17 +303,92 @@ func TestBackgroundIdle(t *testing.T) {
 	}
 }
 
+// pythonPushServer serves WebSockets on 8000 with Python's standard
+// library: /echo echoes, /push never reads and sends "news" to each
+// stream at every GET /push, as a server that only pushes would (a live
+// reload's). Every plain GET answers each stream's path and state:
+// "open", or how it ended — "eof", "close", or "gone" once a push failed.
+const pythonPushServer = `import base64, hashlib, http.server, json, signal, struct, threading
+
+# As a plain python3 does (the runner's zygote gives programs the default).
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+streams, lock = [], threading.Lock()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+
+    def do_GET(self):
+        if self.headers.get('Upgrade', '').lower() == 'websocket':
+            return self.upgrade()
+        with lock:
+            for s in streams:
+                if self.path == '/push' and s['path'] == '/push' and s['state'] == 'open':
+                    try:
+                        s['sock'].sendall(b'\x81\x04news')
+                    except OSError as e:
+                        s['state'] = 'gone (%s)' % type(e).__name__
+            body = json.dumps([s['path'] + ' ' + s['state'] for s in streams]).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def upgrade(self):
+        key = self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+        self.send_response(101)
+        self.send_header('Upgrade', 'websocket')
+        self.send_header('Connection', 'Upgrade')
+        self.send_header('Sec-WebSocket-Accept', base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        s = {'path': self.path, 'state': 'open', 'sock': self.connection}
+        with lock:
+            streams.append(s)
+        if self.path == '/push':
+            threading.Event().wait()
+        end = self.echo()
+        with lock:
+            s['state'] = end
+        self.close_connection = True
+
+    def echo(self):
+        r = self.rfile
+        while True:
+            h = r.read(2)
+            if len(h) < 2:
+                return 'eof'
+            op, n = h[0] & 15, h[1] & 127
+            if n == 126:
+                n = struct.unpack('>H', r.read(2))[0]
+            mask = r.read(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(r.read(n)))
+            if op == 8:
+                return 'close'
+            head = bytes([0x80 | op, n]) if n < 126 else bytes([0x80 | op, 126]) + struct.pack('>H', n)
+            self.wfile.write(head + data)
+            self.wfile.flush()
+
+print('serving', flush=True)
+http.server.ThreadingHTTPServer(('0.0.0.0', 8000), Handler).serve_forever()
+`
+
 // TestPreviewStreams: through a real preview, a WebSocket ends once idle
-// both ways for PREVIEW_WS_IDLE, a conversation holds at most
-// PREVIEW_MAX_STREAMS_PER_CONVERSATION of them (429 past it, a place
-// back once one ends), and the server's Clear-Site-Data never reaches
-// the browser.
+// both ways for PREVIEW_WS_IDLE, end to end — at the browser, and at the
+// sandbox's server, even one that never reads (the stream through the
+// executor's link and the agent's connection to the server end with it)
+// — while one that carries bytes lives on past it; a conversation holds
+// at most PREVIEW_MAX_STREAMS_PER_CONVERSATION of them (429 past it, a
+// place back once one ends), and the server's Clear-Site-Data never
+// reaches the browser.
 func TestPreviewStreams(t *testing.T) {
-	s := start(t, options{env: []string{"PREVIEW_WS_IDLE=4s", "PREVIEW_MAX_STREAMS_PER_CONVERSATION=2"}})
+	const idle = 4 * time.Second
+	s := start(t, options{env: []string{"PREVIEW_WS_IDLE=" + idle.String(), "PREVIEW_MAX_STREAMS_PER_CONVERSATION=2"}})
 	cs := s.session(nil)
 	server := strings.Replace(bench.NodeEchoServer, "(req, res) => res.end(", `(req, res) => res.setHeader('Clear-Site-Data', '"cookies"').end(`, 1)
 	background(t, cs, "typescript", "streams", server)
+	background(t, cs, "python", "pushes", pythonPushServer)
 	u := previewURL(t, cs, "streams", 3000)
+	py := previewURL(t, cs, "pushes", 8000)
 	resp, err := s.browser().Get(u)
 	if err != nil {
 		t.Fatal(err)
@@ -323,11 +398,11 @@ func TestPreviewStreams(t *testing.T) {
 		t.Errorf("GET: %d, Clear-Site-Data %q", resp.StatusCode, resp.Header.Get("Clear-Site-Data"))
 	}
 
-	// upgrade returns a WebSocket to the preview, or the status that
+	// upgrade returns a WebSocket to path of a preview, or the status that
 	// refused it.
-	upgrade := func() (*websocket.Conn, int) {
+	upgrade := func(base, path string) (*websocket.Conn, int) {
 		t.Helper()
-		cfg, _ := websocket.NewConfig(strings.Replace(u, "http://", "ws://", 1)+"echo", u)
+		cfg, _ := websocket.NewConfig(strings.Replace(base, "http://", "ws://", 1)+path, base)
 		raw, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -337,7 +412,7 @@ func TestPreviewStreams(t *testing.T) {
 			return ws, http.StatusSwitchingProtocols
 		}
 		raw.Close()
-		req, _ := http.NewRequest(http.MethodGet, u+"echo", nil)
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
 			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
 			req.Header.Set(k, v)
@@ -360,29 +435,64 @@ func TestPreviewStreams(t *testing.T) {
 		}
 		return nil
 	}
-	first, code := upgrade()
-	second, code2 := upgrade()
+	// ended reports whether ws ended (rather than stayed open) within d.
+	ended := func(ws *websocket.Conn, d time.Duration) bool {
+		var m string
+		_ = ws.SetReadDeadline(time.Now().Add(d))
+		err := websocket.Message.Receive(ws, &m)
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	first, code := upgrade(u, "echo")
+	second, code2 := upgrade(u, "echo")
 	if code != http.StatusSwitchingProtocols || code2 != http.StatusSwitchingProtocols {
 		t.Fatalf("two streams: %d %d", code, code2)
 	}
-	if _, code := upgrade(); code != http.StatusTooManyRequests {
+	if _, code := upgrade(u, "echo"); code != http.StatusTooManyRequests {
 		t.Errorf("a third stream to the conversation: %d", code)
 	}
+	pushed, code := upgrade(py, "push")
+	echoed, code2 := upgrade(py, "echo")
+	if code != http.StatusSwitchingProtocols || code2 != http.StatusSwitchingProtocols {
+		t.Fatalf("the python server's streams: %d %d", code, code2)
+	}
+	opened := time.Now()
 	// Used, a stream lives past the idle time; left alone, it ends.
 	for i := range 3 {
-		if err := echo(first, fmt.Sprint("message ", i)); err != nil {
-			t.Fatal(err)
+		for _, ws := range []*websocket.Conn{first, echoed} {
+			if err := echo(ws, fmt.Sprint("message ", i)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		time.Sleep(time.Second)
 	}
-	var m string
-	_ = second.SetReadDeadline(time.Now().Add(time.Minute))
-	if err := websocket.Message.Receive(second, &m); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("an idle stream lived on: %v", err)
+	if !ended(second, time.Minute) {
+		t.Fatal("an idle stream lived on")
+	}
+	if !ended(pushed, 3*time.Second) {
+		t.Errorf("an idle stream to a server that never reads lived on, %v after it opened", time.Since(opened).Round(time.Second))
+	}
+	t.Logf("the idle streams ended %v after they opened", time.Since(opened).Round(100*time.Millisecond))
+	time.Sleep(time.Until(opened.Add(idle + time.Second)))
+	if err := echo(echoed, "still here"); err != nil {
+		t.Errorf("a stream in use, %v after it opened: %v", time.Since(opened).Round(time.Second), err)
+	}
+	// The server that pushes learns its stream ended when it next pushes:
+	// nothing of the preview holds its connection.
+	var states string
+	for deadline, pushes := time.Now().Add(5*time.Second), 1; ; pushes++ {
+		if _, states = s.browse(t, py+"push", nil); strings.Contains(states, "/push gone") {
+			t.Logf("the server's push %d failed: %s", pushes, states)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the server's pushes still go through once the stream ended: %s", states)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// Its place came back.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ws, code := upgrade()
+		ws, code := upgrade(u, "echo")
 		if code == http.StatusSwitchingProtocols {
 			if err := echo(ws, "again"); err != nil {
 				t.Error(err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker/dockertest"
 	k8s "github.com/runbox-dev/runbox/internal/sandbox/kubernetes"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
@@ -152,7 +153,7 @@ func (p pods) readAll(t testing.TB, k *testenv.Cluster, path string) string {
 func engineFor(t testing.TB, engine string) (sandboxes, []string) {
 	t.Helper()
 	if engine == "docker" || engine == "" && !onKubernetes {
-		return dockerSandboxes{testenv.Docker(t)}, nil
+		return dockerSandboxes{dockertest.Client(t)}, nil
 	}
 	k := testCluster(t)
 	return k.pods, []string{"SANDBOX_ENGINE=kubernetes", "KUBECONFIG=" + k.cluster.Kubeconfig,

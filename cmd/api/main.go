@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/runbox-dev/runbox/internal/app"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 func main() {
@@ -30,13 +29,13 @@ func main() {
 }
 
 func run(stdio bool) error {
-	cfg, err := config.FromEnv(os.Getenv)
+	cfg, err := app.Load(os.Getenv)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log, closeLog, err := app.NewLogger(cfg, os.Environ(), os.Stderr)
+	log, closeLog, err := app.NewLogger(cfg.Config, os.Environ(), os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -53,12 +52,12 @@ func run(stdio bool) error {
 
 // audit runs `api audit export|verify` with the api's configuration.
 func audit(args []string) int {
-	cfg, err := config.FromEnv(os.Getenv)
+	cfg, err := app.Load(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return app.RunAudit(ctx, cfg, args, os.Stdout, os.Stderr)
+	return app.RunAudit(ctx, cfg.Config, args, os.Stdout, os.Stderr)
 }

@@ -21,7 +21,7 @@ func main() {
 	binDir := flag.String("bin", "bin", "folder holding the api and executor binaries")
 	out := flag.String("out", "", "also write the table (markdown) to this file")
 	samples := flag.Int("n", 50, "samples of the sequential print(1) measure (others scale from it)")
-	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands, gvisor, batches, roundtrips, cold, burst, forks, pause, e2b")
+	only := flag.String("only", "", "measure only these, comma-separated: streams, egress, previews, languages, commands, gvisor, batches, roundtrips, cold, burst, forks, pause, fair, e2b")
 	batchRuns := flag.Int("batch-runs", 2000, "runs of the batches' row (and of its one-by-one baseline)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -73,7 +73,7 @@ func onlyMeasure(name string, n, batchRuns int) func(ctx context.Context, binDir
 	measure, ok := map[string]func(context.Context, string, int) ([]row, error){
 		"languages": onlyLanguages, "cold": onlyCold, "burst": onlyBurst, "roundtrips": onlyRoundTrips,
 		"commands": onlyCommands, "gvisor": onlyGvisor, "previews": onlyPreviews, "forks": onlyForks,
-		"pause": onlyPause, "batches": onlyBatches, "e2b": onlyE2B,
+		"pause": onlyPause, "batches": onlyBatches, "fair": onlyFair, "e2b": onlyE2B,
 	}[name]
 	if !ok {
 		return nil
@@ -143,6 +143,11 @@ func run(binDir, outFile string, n, batchRuns int) error {
 		return err
 	}
 	rows = append(rows, egress...)
+	fair, err := fairRows(ctx, binDir, n)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, fair...)
 	scaled, err := scaleOut(ctx, binDir, n, warm)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/bench"
 )
 
@@ -68,6 +69,8 @@ func startService(binDir string, o serviceOptions) (*service, error) {
 		"SANDBOX_ROOT="+root,
 		"LOG_LEVEL=warn",
 		"SANDBOX_RUNTIME="+o.runtime,
+		// The batches' row queues 1000 runs in 16 conversations at once.
+		fmt.Sprintf("SANDBOX_MAX_QUEUED_PER_CONVERSATION=%d", runbox.MaxBatchRuns/batchConversations+1),
 	)
 	env = append(env, o.env...)
 	if o.s3 {

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runbox-dev/runbox/internal/app"
-	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/leader"
 	"github.com/runbox-dev/runbox/internal/store"
 )
@@ -33,14 +32,14 @@ func main() {
 }
 
 func run() error {
-	cfg, err := config.FromEnv(os.Getenv)
+	cfg, err := app.Load(os.Getenv)
 	if err != nil {
 		return err
 	}
 	if cfg.RedisURL == "" {
 		return errors.New("config: REDIS_URL is required: a standalone executor shares Redis with api")
 	}
-	log, closeLog, err := app.NewLogger(cfg, os.Environ(), os.Stderr)
+	log, closeLog, err := app.NewLogger(cfg.Config, os.Environ(), os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -48,7 +47,7 @@ func run() error {
 	app.RouteRedisLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rds, err := app.OpenRedis(ctx, cfg)
+	rds, err := app.OpenRedis(ctx, cfg.Config)
 	if err != nil {
 		return err
 	}

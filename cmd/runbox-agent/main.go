@@ -11,6 +11,11 @@
 // input before its hello (the Kubernetes engine's executor attaches to a
 // running container, then sends it); RUNBOX_DATA_SUM=1 has each run's
 // exit carry a fingerprint of /data (agent.Config.DataSum).
+// RUNBOX_FILE_SIZE=BYTES bounds every file the agent and its programs
+// write (agent.LimitFileSize), and RUNBOX_QUOTA_BYTES and
+// RUNBOX_QUOTA_FILES bound what programs leave in /data as they run
+// (agent.Config.Quota): the Kubernetes engine sets them, where no ulimit
+// of the container's and no executor's measure does.
 //
 // runbox-agent -landlock-exec RULES -- PROGRAM... is how the agent starts a
 // program it must hold to filesystem rules (agent.LandlockExec).
@@ -55,6 +60,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent: RUNBOX_USER:", err)
 		os.Exit(2)
 	}
+	limits, err := readLimits(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
+		os.Exit(2)
+	}
+	// Before any child, and before the agent writes a file.
+	if limits.fileSize > 0 {
+		if err := agent.LimitFileSize(limits.fileSize); err != nil {
+			fmt.Fprintln(os.Stderr, "runbox-agent:", err)
+			os.Exit(1)
+		}
+	}
 	// Before any child: what the sandbox cannot list, nobody may make.
 	if err := agent.DenyMqueuesUnlisted(); err != nil {
 		fmt.Fprintln(os.Stderr, "runbox-agent: forbid POSIX message queues:", err)
@@ -70,6 +87,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runbox-agent:", err)
 		os.Exit(2)
 	}
+	cfg.Quota = limits.quota
 	// One thread runs the agent's goroutines: each step of a run hands
 	// over from one goroutine to another (a frame read, the program's
 	// start, its output, its exit), and a goroutine woken on another
@@ -226,6 +244,33 @@ func programUser(v string) (*syscall.Credential, error) {
 		return nil, fmt.Errorf("want uid:gid of a user other than root, got %q", v)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// limits are the bounds the environment sets: RUNBOX_FILE_SIZE,
+// RUNBOX_QUOTA_BYTES and RUNBOX_QUOTA_FILES (unset: none).
+type limits struct {
+	fileSize int64
+	quota    agent.Quota
+}
+
+// readLimits reads the bounds from getenv; a value that is not a whole
+// number of at least 1 is an error.
+func readLimits(getenv func(string) string) (limits, error) {
+	var l limits
+	var files int64
+	for name, v := range map[string]*int64{"RUNBOX_FILE_SIZE": &l.fileSize, "RUNBOX_QUOTA_BYTES": &l.quota.Bytes, "RUNBOX_QUOTA_FILES": &files} {
+		s := getenv(name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 {
+			return limits{}, fmt.Errorf("%s: want a number of at least 1, got %q", name, s)
+		}
+		*v = n
+	}
+	l.quota.Entries = int(files)
+	return l, nil
 }
 
 // programEnv is the agent's environment without its own settings.

@@ -97,6 +97,10 @@ type Exit struct {
 	// of the programs' folder after the run (datasum.go): the same sum
 	// after two runs says nothing in it changed in between.
 	DataSum string `json:"data_sum,omitempty"`
+	// Quota, from an agent given one (Config.Quota), is the bound the
+	// run's files passed, QuotaBytes or QuotaEntries: the agent stopped
+	// its program there, and DataSum is empty.
+	Quota string `json:"quota,omitempty"`
 }
 
 // Values of Exit.Kernel.

@@ -325,19 +325,37 @@ type closeWriter interface {
 // each side as its peer finishes, then closes both.
 func splice(a, b net.Conn) {
 	var wg sync.WaitGroup
-	half := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(closeWriter); ok {
-			_ = cw.CloseWrite()
-		} else {
-			_ = dst.Close()
-		}
-	}
-	wg.Add(2)
-	go half(a, b)
-	go half(b, a)
+	wg.Go(func() { halfCopy(a, b) })
+	halfCopy(b, a)
 	wg.Wait()
 	a.Close()
 	b.Close()
+}
+
+// spliceToPort copies between c, a connection to a port in the sandbox,
+// and st, the executor's stream to it. The server's end passes on as a
+// half-close (it may have said all it will and still read), but the
+// executor's is the whole stream's: the api ends a stream only as a whole
+// (the browser went, or the preview's idle time, limits or expiry ended
+// it), and a yamux stream's close is the only way to say so. A server
+// that never reads, or that holds a connection its peer half-closed,
+// would otherwise keep the connection, these copies and the stream on
+// both ends for as long as it lives.
+func spliceToPort(c, st net.Conn) {
+	var wg sync.WaitGroup
+	wg.Go(func() { halfCopy(st, c) })
+	_, _ = io.Copy(c, st)
+	c.Close() // ends the copy above: its read fails
+	wg.Wait()
+	st.Close()
+}
+
+// halfCopy copies src to dst, then half-closes dst.
+func halfCopy(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	if cw, ok := dst.(closeWriter); ok {
+		_ = cw.CloseWrite()
+	} else {
+		_ = dst.Close()
+	}
 }

@@ -19,7 +19,6 @@ import (
 // TCP connection's ReadFrom and WriteTo and bypass Read and Write.
 type quickAck struct {
 	net.Conn
-	tc  *net.TCPConn
 	raw syscall.RawConn
 }
 
@@ -32,7 +31,7 @@ func newQuickAck(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &quickAck{Conn: tc, tc: tc, raw: raw}
+	return &quickAck{Conn: tc, raw: raw}
 }
 
 func (c *quickAck) quick() {
@@ -51,6 +50,3 @@ func (c *quickAck) Write(p []byte) (int, error) {
 	c.quick()
 	return n, err
 }
-
-// CloseWrite half-closes the connection (splice passes an end on so).
-func (c *quickAck) CloseWrite() error { return c.tc.CloseWrite() }

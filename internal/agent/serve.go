@@ -82,6 +82,11 @@ type Config struct {
 	// (Kubernetes: a pod shares no folder with the executor) skips the
 	// copy when nothing in Dir changed.
 	DataSum bool
+	// Quota, when set, has the agent measure Dir as each run goes and
+	// stop a program whose files pass it (quota.go): an engine that
+	// copies Dir out of the sandbox after each run (Kubernetes) has no
+	// executor measure it meanwhile.
+	Quota Quota
 }
 
 // ownsSandbox reports whether the agent may kill every other process it
@@ -189,6 +194,10 @@ type loop struct {
 	st      *starter
 	cur     *process // the current run; nil between runs
 	exited  chan Exit
+	// watch measures the current run's folder (Config.Quota); passed is
+	// its signal, nil once taken.
+	watch  *dataWatch
+	passed <-chan struct{}
 }
 
 func (l *loop) run(ctx context.Context, frames <-chan frame, readErr <-chan error) error {
@@ -201,8 +210,18 @@ func (l *loop) run(ctx context.Context, frames <-chan frame, readErr <-chan erro
 				return nil
 			}
 			return fmt.Errorf("read frame: %w", err)
+		case <-l.passed:
+			// The run's files passed their quota: its program is stopped
+			// as a kill frame stops it, and its exit says why.
+			l.passed = nil
+			l.cur.stop()
 		case ex := <-l.exited:
-			if l.st.cfg.DataSum {
+			if l.watch != nil {
+				ex.Quota = l.watch.stop()
+				l.watch, l.passed = nil, nil
+			}
+			// Past its quota, the engine takes nothing of the folder.
+			if l.st.cfg.DataSum && ex.Quota == "" {
 				ex.DataSum = dataSum(l.st.cfg.Dir)
 			}
 			err := l.fw.writeJSON(frameExit, ex)
@@ -263,17 +282,30 @@ func (l *loop) start(payload []byte) error {
 	if err := json.Unmarshal(payload, &run); err != nil {
 		return l.fw.writeJSON(frameFail, Failure{Message: "malformed run request"})
 	}
+	var watch *dataWatch
+	if q := l.st.cfg.Quota; q.set() {
+		watch = watchData(l.st.cfg.Dir, q)
+	}
 	p, err := l.st.start(run, l.fw, l.exited)
 	if err != nil {
+		if watch != nil {
+			watch.stop()
+		}
 		return l.fw.writeJSON(frameFail, Failure{Message: err.Error()})
 	}
 	l.cur = p
+	if watch != nil {
+		l.watch, l.passed = watch, watch.passed
+	}
 	return nil
 }
 
 // end ends the current run, if any, and the kept interpreter, as Serve
 // returns.
 func (l *loop) end() {
+	if l.watch != nil {
+		l.watch.stop()
+	}
 	if l.cur != nil {
 		l.cur.end()
 		<-l.exited

@@ -120,7 +120,7 @@ func (s *streamServer) handle(st *yamux.Stream) {
 			return
 		}
 		_ = st.SetDeadline(time.Time{})
-		splice(newQuickAck(c), st)
+		spliceToPort(newQuickAck(c), st)
 	case streamListening:
 		a := byte(answerNo)
 		if port != s.proxyPort {

@@ -40,6 +40,24 @@ func echoServer(t *testing.T, addr string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// deafServer listens on the IPv4 loopback and hands over the first
+// connection it takes, which it never reads; it returns the port.
+func deafServer(t *testing.T) (int, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	held := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			held <- conn
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, held
+}
+
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -143,24 +161,13 @@ func TestStreamsStalledReaderDoesNotStallOutput(t *testing.T) {
 			}()
 		}
 	}()
-	deaf, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer deaf.Close()
-	held := make(chan net.Conn, 1)
-	go func() {
-		conn, err := deaf.Accept()
-		if err == nil {
-			held <- conn
-		}
-	}()
+	deaf, held := deafServer(t)
 	unread, err := c.Dial(ctx, flood.Addr().(*net.TCPAddr).Port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unread.Close()
-	unwritten, err := c.Dial(ctx, deaf.Addr().(*net.TCPAddr).Port)
+	unwritten, err := c.Dial(ctx, deaf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +275,44 @@ func testProxyCarriesTheRun(t *testing.T, socket bool) {
 	}
 	if yes, err := c.Listening(ctx, port); yes || err != nil {
 		t.Errorf("Listening on the proxy port = %v, %v", yes, err)
+	}
+}
+
+// The executor's end of a stream to a port ends the connection to the
+// server, even a server that never reads: the stream leaves the
+// executor's session, and the server's writes fail.
+func TestStreamsEndWithTheExecutors(t *testing.T) {
+	c := startAgent(t)
+	deaf, held := deafServer(t)
+	s, err := c.Dial(ctxFor(t), deaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	select {
+	case conn = <-held:
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server got no connection")
+	}
+	s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.mux.session().NumStreams() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream stayed in the executor's session: the agent held the server's connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The first write after the agent closed may be taken; the peer's
+	// reset fails the next ones.
+	for {
+		if _, err := conn.Write([]byte("push")); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server's writes still go through")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -65,7 +65,7 @@ type APIOptions struct {
 
 // RunAPI runs the api process until ctx ends: over HTTP, or over stdio.
 // Without REDIS_URL it embeds Redis and an executor.
-func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
+func RunAPI(ctx context.Context, cfg *Config, opts APIOptions) error {
 	cs, generated := cfg.Clients, ""
 	if len(cs) == 0 {
 		generated = "rb_" + rand.Text()
@@ -74,7 +74,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 			return err
 		}
 	}
-	rds, err := OpenRedis(ctx, cfg)
+	rds, err := OpenRedis(ctx, cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func RunAPI(ctx context.Context, cfg *config.Config, opts APIOptions) error {
 // apiProcess is the api process's parts, built and started by RunAPI's
 // steps in order, each on those before it.
 type apiProcess struct {
-	cfg       *config.Config
+	cfg       *Config
 	log       *slog.Logger
 	clients   clients.Clients
 	generated string // the token made for a deployment that names none
@@ -181,11 +181,11 @@ func (a *apiProcess) startCore(ctx context.Context) error {
 	a.hub = stream.NewHub(a.rds.Conn, a.st.Runs, a.log)
 	a.parts = append(a.parts, started(func() { a.hub.Close() }))
 	a.sched = queue.NewScheduler(a.st, queue.NewClient(a.rds.Conn), a.log)
-	secret, err := Secret(ctx, a.cfg, a.st.Conversations)
+	secret, err := Secret(ctx, a.cfg.Config, a.st.Conversations)
 	if err != nil {
 		return err
 	}
-	a.secret, a.signer = secret, Signer(a.cfg, secret)
+	a.secret, a.signer = secret, Signer(a.cfg.Config, secret)
 	a.ready = map[string]api.Check{"redis": func(ctx context.Context) error { return writes.Check(ctx) }}
 	a.clock = clockwork.NewRealClock()
 	a.elector = leader.NewElector(a.st.Executors, "api", a.clock, a.log)
@@ -197,7 +197,7 @@ func (a *apiProcess) startCore(ctx context.Context) error {
 // Their maintenance (janitor) starts last.
 func (a *apiProcess) startFiles(ctx context.Context) error {
 	if a.cfg.FileStore != nil {
-		s3, err := OpenS3(ctx, a.cfg)
+		s3, err := OpenS3(ctx, a.cfg.Config)
 		if err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func (a *apiProcess) startFiles(ctx context.Context) error {
 		}
 		return nil
 	}
-	folders, err := Folders(a.cfg)
+	folders, err := Folders(a.cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -265,9 +265,9 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 		MaxQueuedRuns:            cfg.MaxQueuedPerClient,
 		MaxQueuedBytes:           cfg.MaxQueuedBytesPerClient,
 		ClientStorage:            a.fileStore.ClientUsage,
-		EgressAllow:              cfg.Egress.Allow,
+		EgressAllow:              cfg.EgressPolicy.Allow,
 		EgressReachable:          cfg.EgressReachable(),
-		Secrets:                  cfg.Egress.Secrets.WithoutValues(),
+		Secrets:                  cfg.EgressPolicy.Secrets.WithoutValues(),
 	}, a.log)
 	a.runs.Metrics = clients.NewMetrics(a.registry)
 	hooks, hookParts, err := startWebhooks(ctx, cfg, a.clients, a.rds.Conn, a.st, a.registry, a.log)
@@ -281,12 +281,13 @@ func (a *apiProcess) startRuns(ctx context.Context) error {
 	// the deployment's secret, as executors seal it: never in a sandbox.
 	forker := snapshot.NewKeeper(a.state, a.st.Conversations, a.secret, a.log.With("component", "snapshot"))
 	a.convs = conversations.NewService(a.fileStore, a.signer, a.runs, a.st, forker, conversations.Limits{
+		Quota:               cfg.QuotaBytes,
 		MaxUpload:           cfg.MaxUpload,
 		MaxRead:             cfg.MaxRead,
 		MaxInlineImages:     cfg.MaxInlineImages,
 		MaxInlineImageBytes: cfg.MaxInlineImageBytes,
 	})
-	chain, err := AuditChain(cfg)
+	chain, err := AuditChain(cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -340,7 +341,7 @@ func (a *apiProcess) startMCP(ctx context.Context) error {
 // startPreviewsAndJanitor starts the previews' parts, then the
 // maintenance of the files.
 func (a *apiProcess) startPreviewsAndJanitor(ctx context.Context) error {
-	pv, err := startPreviews(ctx, a.cfg, previewDeps{store: a.st, secret: a.secret, executor: a.ex, mcp: a.mcp,
+	pv, err := startPreviews(ctx, a.cfg.Config, previewDeps{store: a.st, secret: a.secret, executor: a.ex, mcp: a.mcp,
 		runs: a.runs, convs: a.convs, ready: a.ready, elector: a.elector, clock: a.clock,
 		secrets: []string{string(a.secret), a.generated}, unserved: a.unserved, log: a.log})
 	if err != nil {
@@ -354,7 +355,7 @@ func (a *apiProcess) startPreviewsAndJanitor(ctx context.Context) error {
 
 // shutdownExecutor shuts the embedded executor down, if there is one:
 // its running programs may finish.
-func (a *apiProcess) shutdownExecutor() { shutdownEmbedded(a.cfg, a.ex) }
+func (a *apiProcess) shutdownExecutor() { shutdownEmbedded(a.cfg.Config, a.ex) }
 
 // serveStdio serves MCP on the process's stdin and stdout until the
 // client goes or ctx ends.
@@ -388,7 +389,7 @@ func (a *apiProcess) serveHTTP(ctx context.Context, opts APIOptions) error {
 		a.shutdownExecutor()
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	printBanner(opts.Banner, cfg, ln.Addr().String(), a.generated)
+	printBanner(opts.Banner, cfg.Config, ln.Addr().String(), a.generated)
 	a.log.Info("api listening", "addr", ln.Addr().String(), "embedded", a.rds.Embedded())
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()

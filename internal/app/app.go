@@ -20,6 +20,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
@@ -33,6 +34,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 	"github.com/runbox-dev/runbox/internal/sandbox/kubernetes"
 	"github.com/runbox-dev/runbox/internal/sandbox/runnerlist"
 	"github.com/runbox-dev/runbox/internal/snapshot"
@@ -177,7 +179,9 @@ func Signer(cfg *config.Config, secret []byte) *files.Signer {
 func OpenS3(ctx context.Context, cfg *config.Config) (*s3store.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return s3store.Open(octx, cfg.FileStore, cfg.QuotaBytes)
+	fs := cfg.FileStore
+	return s3store.Open(octx, &s3store.Options{Bucket: fs.Bucket, Prefix: fs.Prefix, Endpoint: fs.Endpoint, Region: fs.Region,
+		AccessKey: fs.AccessKey, SecretKey: fs.SecretKey, SessionToken: fs.SessionToken}, cfg.QuotaBytes)
 }
 
 // Executor is an executor and what it holds open.
@@ -201,10 +205,10 @@ func (e *Executor) Close() {
 // deployment's maintenance runs while elector, the process's, leads. A
 // standalone executor serves the api's link to its sandboxes; an embedded
 // one is called in its process.
-func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, elector *leader.Elector,
+func StartExecutor(ctx context.Context, cfg *Config, conn *store.Conn, elector *leader.Elector,
 	metrics prometheus.Registerer, log *slog.Logger, standalone bool) (_ *Executor, err error) {
 	st := store.New(conn)
-	engine, err := openEngine(ctx, cfg, log)
+	engine, err := openEngine(ctx, cfg.Config, log)
 	if err != nil {
 		return nil, err
 	}
@@ -213,15 +217,15 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 			engine.Close()
 		}
 	}()
-	folders, err := Folders(cfg)
+	folders, err := Folders(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	secret, err := Secret(ctx, cfg, st.Conversations)
+	secret, err := Secret(ctx, cfg.Config, st.Conversations)
 	if err != nil {
 		return nil, err
 	}
-	copies, stateBlobs, err := workingCopies(ctx, cfg, folders, st.Conversations, log)
+	copies, stateBlobs, err := workingCopies(ctx, cfg.Config, folders, st.Conversations, log)
 	if err != nil {
 		return nil, err
 	}
@@ -234,11 +238,11 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 		return nil, err
 	}
 	state := snapshot.NewKeeper(stateBlobs, st.Conversations, secret, log.With("component", "snapshot"))
-	sandboxes, err := sandboxManager(ctx, cfg, st, engine, folders, proxy, state, log)
+	sandboxes, err := sandboxManager(ctx, cfg.Config, st, engine, folders, proxy, state, log)
 	if err != nil {
 		return nil, err
 	}
-	linkListener, linkAddr, err := executorLink(cfg, standalone)
+	linkListener, linkAddr, err := executorLink(cfg.Config, standalone)
 	if err != nil {
 		return nil, err
 	}
@@ -256,17 +260,18 @@ func StartExecutor(ctx context.Context, cfg *config.Config, conn *store.Conn, el
 		Schedule:      elector.Every,
 		MaxDetached:   cfg.MaxDetached,
 		Egress: &executor.Egress{Proxy: proxy, PipIndexURL: cfg.PipIndexURL, NPMRegistry: cfg.NPMRegistry,
-			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.Egress.Secrets},
+			Audit: audit.NewRecorder(auditlog.New(conn), clockwork.NewRealClock(), log), Secrets: cfg.EgressPolicy.Secrets},
 		ServerIdle: cfg.ServerTTL,
 		LinkAddr:   linkAddr,
-	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg, secret), log)
+		QuotaFiles: cfg.QuotaFiles,
+	}, queue.NewWorker(conn, cfg.ExecutorID, log.With("executor", cfg.ExecutorID)), st, queue.NewScheduler(st, qc, log), sandboxes, folders, Signer(cfg.Config, secret), log)
 	if err := ex.Start(ctx); err != nil {
 		if linkListener != nil {
 			linkListener.Close()
 		}
 		return nil, err
 	}
-	background := executorBackground(cfg, st, folders, copies, linkListener, secret, ex, log)
+	background := executorBackground(cfg.Config, st, folders, copies, linkListener, secret, ex, log)
 	if err := background.Start(context.WithoutCancel(ctx)); err != nil {
 		ex.Shutdown(ctx)
 		return nil, err
@@ -309,35 +314,53 @@ func workingCopies(ctx context.Context, cfg *config.Config, folders *files.Folde
 
 // egressProxy is the proxy the connections programs make to their
 // sandbox's proxy listener come to, with the run their sandbox runs.
-func egressProxy(cfg *config.Config, secret []byte, log *slog.Logger) (*egress.Proxy, error) {
+func egressProxy(cfg *Config, secret []byte, log *slog.Logger) (*egress.Proxy, error) {
 	// The CA of the secrets' domains is the deployment's: derived from
 	// its shared secret, the same on every executor, stored nowhere.
 	var ca *egress.CA
-	if len(cfg.Egress.Secrets) > 0 {
+	policy := cfg.EgressPolicy
+	if len(policy.Secrets) > 0 {
 		var err error
-		if ca, err = egress.NewCA(secret, cfg.Egress.Secrets.Domains(), nil); err != nil {
+		if ca, err = egress.NewCA(secret, policy.Secrets.Domains(), nil); err != nil {
 			return nil, err
 		}
 	}
-	return egress.New(egress.Settings{Hosts: cfg.Egress.Hosts, Deny: cfg.Egress.Deny, MaxBytes: cfg.Egress.MaxBytes,
+	return egress.New(egress.Settings{Hosts: policy.Hosts, Deny: policy.Deny, MaxBytes: cfg.Egress.MaxBytes,
 		MaxConnections: cfg.Egress.MaxConnections, ConnectTimeout: cfg.Egress.ConnectTimeout,
 		IdleTimeout: cfg.Egress.IdleTimeout, CA: ca, UpstreamRoots: cfg.Egress.UpstreamRoots, Logger: log}), nil
 }
 
-// sandboxEngine is the engine of an executor's sandboxes, which it
-// closes when it goes.
+// sandboxEngine is the engine of an executor's sandboxes, which says what
+// its sandboxes can do and which the executor closes when it goes.
 type sandboxEngine interface {
 	sandbox.Engine
+	Capabilities() engine.Capabilities
 	Close() error
 }
 
 // openEngine opens the engine SANDBOX_ENGINE names: the Docker Engine of
 // this host, or the Kubernetes cluster of KUBECONFIG (or the executor's
-// own pod's).
+// own pod's). Here alone is the engine's name read: what differs between
+// engines afterwards, the engine says (Capabilities).
 func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sandboxEngine, error) {
-	if cfg.Engine != "kubernetes" {
-		return docker.Open(ctx, docker.Options{Runtime: docker.RuntimeFor(cfg.Runtime)})
+	open := map[string]func(context.Context, *config.Config, *slog.Logger) (sandboxEngine, error){
+		"docker":     openDocker,
+		"kubernetes": openKubernetes,
+	}[cfg.Engine]
+	if open == nil {
+		return nil, fmt.Errorf("config: SANDBOX_ENGINE %q names no engine", cfg.Engine)
 	}
+	return open(ctx, cfg, log)
+}
+
+// openDocker opens the Docker Engine of this host.
+func openDocker(ctx context.Context, cfg *config.Config, _ *slog.Logger) (sandboxEngine, error) {
+	return docker.Open(ctx, docker.Options{Runtime: docker.RuntimeFor(cfg.Runtime)})
+}
+
+// openKubernetes opens the Kubernetes cluster of KUBECONFIG, or the
+// executor's own pod's.
+func openKubernetes(ctx context.Context, cfg *config.Config, log *slog.Logger) (sandboxEngine, error) {
 	k := cfg.Kubernetes
 	// A cluster lists no images with their labels: the runner images are
 	// those of the list the build wrote (package runnerlist says why).
@@ -353,14 +376,16 @@ func openEngine(ctx context.Context, cfg *config.Config, log *slog.Logger) (sand
 	if err != nil {
 		return nil, err
 	}
-	pods.DataLimit = cfg.QuotaBytes
+	// A pod shares no folder the executor could measure as its runs go,
+	// nor sets a ulimit: its agent holds it to the quota (package agent).
+	pods.Quota = agent.Quota{Bytes: cfg.QuotaBytes, Entries: cfg.QuotaFiles}
 	pods.ImageList = runners.Images
 	log.Info("runner images from a list", "file", k.RunnersFile, "images", len(runners))
 	return pods, nil
 }
 
 // sandboxManager is the manager of the executor's sandboxes on engine.
-func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, engine sandbox.Engine, folders *files.Folders,
+func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, eng sandboxEngine, folders *files.Folders,
 	proxy *egress.Proxy, state sandbox.StateKeeper, log *slog.Logger) (*sandbox.Manager, error) {
 	warm, err := sandbox.ParseWarmLimits(cfg.MaxWarm)
 	if err != nil {
@@ -370,24 +395,27 @@ func sandboxManager(ctx context.Context, cfg *config.Config, st *store.Store, en
 	if err != nil {
 		return nil, err
 	}
-	// Idle sandboxes evicted from their conversations are reset and join
-	// the pool for new ones, rather than being removed, when their folder
-	// can be handed over (files.Folders.Recycle).
-	recycle := func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
-		return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+	caps := eng.Capabilities()
+	var recycle func(string, func(string) bool, time.Time) (string, error)
+	var sockets string
+	if caps.HostFolders {
+		// Idle sandboxes evicted from their conversations are reset and
+		// join the pool for new ones, rather than being removed, when
+		// their folder can be handed over (files.Folders.Recycle).
+		recycle = func(cid string, mounted func(string) bool, idleSince time.Time) (string, error) {
+			return folders.Recycle(cid, executor.NewSlotName(cfg.ExecutorID), mounted, idleSince)
+		}
+		// Beside the conversations, which the sandboxes mount from this
+		// host too. Without it, egress comes over the agent's stream.
+		sockets = filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID)
 	}
-	// Beside the conversations, which are on the Docker host too: the
-	// sandboxes mount them. A pod mounts nothing of a host (its files
-	// are carried, and egress comes over the agent's stream), and a
-	// folder handed over is not its sandbox's.
-	sockets := filepath.Join(cfg.SandboxRoot, ".sockets", cfg.ExecutorID)
-	// Pooled sandboxes wait on this host: at their memory limit, they may
-	// take half of what it has available now.
-	poolMemory := availableMemory() / 2
-	if cfg.Engine == "kubernetes" {
-		sockets, recycle, poolMemory = "", nil, 0
+	// Pooled sandboxes that wait on this host may take, at their memory
+	// limit, half of what it has available now.
+	var poolMemory int64
+	if caps.HostMemory {
+		poolMemory = availableMemory() / 2
 	}
-	return sandbox.NewManager(engine, sandbox.Options{
+	return sandbox.NewManager(eng, sandbox.Options{
 		ExecutorID: cfg.ExecutorID,
 		Deployment: deployment,
 		Limits: sandbox.Limits{Memory: cfg.MemoryLimit, NanoCPUs: cfg.NanoCPUs, Pids: cfg.PidsLimit,

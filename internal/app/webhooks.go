@@ -10,7 +10,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/clients"
-	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -22,16 +21,12 @@ import (
 // every client's settings, its default callback checked against the
 // policy — and starts what delivers them: the relay from the outbox and
 // the worker. Stop the group they return when the api stops.
-func startWebhooks(ctx context.Context, cfg *config.Config, cs clients.Clients, conn *store.Conn, st *store.Store,
+func startWebhooks(ctx context.Context, cfg *Config, cs clients.Clients, conn *store.Conn, st *store.Store,
 	reg prometheus.Registerer, log *slog.Logger) (*webhooks.Service, lifecycle.Group, error) {
-	policy := &webhooks.Policy{Allow: cfg.Webhooks.Allow, Hosts: cfg.Webhooks.Hosts, Deny: cfg.Egress.Deny}
+	policy := cfg.WebhookPolicy
 	settings := map[string]webhooks.Client{}
 	if len(cfg.Webhooks.Secret) > 0 {
-		secrets, err := signature.Parse(cfg.Webhooks.Secret)
-		if err != nil {
-			return nil, nil, fmt.Errorf("config: WEBHOOK_SECRET: %w", err)
-		}
-		settings[runbox.DefaultClient] = webhooks.Client{Secrets: secrets}
+		settings[runbox.DefaultClient] = webhooks.Client{Secrets: cfg.WebhookSecrets}
 	}
 	for name, w := range cs.Webhooks() {
 		secrets, err := signature.Parse(w.Secrets)
@@ -48,7 +43,7 @@ func startWebhooks(ctx context.Context, cfg *config.Config, cs clients.Clients, 
 		}
 		settings[name] = c
 	}
-	svc := webhooks.New(queue.NewWebhooks(conn), st, webhooks.Options{Policy: policy, Clients: settings,
+	svc := webhooks.New(queue.NewWebhooks(conn), st, webhooks.Options{Policy: &policy, Clients: settings,
 		Backoff: cfg.Webhooks.Backoff, RetryFor: cfg.Webhooks.RetryFor, PerClient: cfg.Webhooks.PerClient, Registry: reg, Logger: log})
 	group := lifecycle.Group{queue.NewWebhookWorker(conn, svc, log.With("component", "webhooks")), webhooks.NewRelay(svc)}
 	if err := group.Start(context.WithoutCancel(ctx)); err != nil {

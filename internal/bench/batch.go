@@ -174,3 +174,57 @@ func Batched(ctx context.Context, c Client, cfg SubmitConfig) (LoadResult, error
 	}
 	return LoadResult{Runs: cfg.Runs, Errors: errs, Elapsed: time.Since(start)}, nil
 }
+
+// Waited submits n bash echo runs one after another (POST /v1/runs, its
+// answer waited for) and returns how long each took, to its result.
+func Waited(ctx context.Context, c Client, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		var res struct {
+			Stdout string `json:"stdout"`
+		}
+		code, err := c.rest(ctx, "POST", "/v1/runs?wait=true", map[string]any{"language": "bash", "code": fmt.Sprintf("echo %d", i)}, &res)
+		switch {
+		case err != nil:
+			return nil, err
+		case code != http.StatusOK || res.Stdout != fmt.Sprintf("%d\n", i):
+			return nil, fmt.Errorf("run %d: %d %q", i, code, res.Stdout)
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
+
+// Flood queues runs of `sleep 1`, in batches of at most 1000, and returns
+// the batches' ids.
+func Flood(ctx context.Context, c Client, runs int) ([]string, error) {
+	var ids []string
+	for runs > 0 {
+		n := min(runs, 1000)
+		batch := make([]map[string]any, n)
+		for i := range batch {
+			batch[i] = map[string]any{"language": "bash", "code": "sleep 1"}
+		}
+		var created struct {
+			BatchID string `json:"batch_id"`
+		}
+		code, err := c.rest(ctx, "POST", "/v1/batches", map[string]any{"runs": batch}, &created)
+		if err != nil {
+			return ids, err
+		}
+		if code != http.StatusCreated {
+			return ids, fmt.Errorf("POST /v1/batches: %d", code)
+		}
+		ids = append(ids, created.BatchID)
+		runs -= n
+	}
+	return ids, nil
+}
+
+// CancelBatches cancels what has not ended of the batches.
+func CancelBatches(ctx context.Context, c Client, ids []string) {
+	for _, id := range ids {
+		_, _ = c.rest(ctx, "DELETE", "/v1/batches/"+id, nil, nil)
+	}
+}

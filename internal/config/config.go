@@ -1,6 +1,12 @@
 // Package config reads the service's configuration from the environment, as
 // the contract lists it. A bad value is an error naming the variable, so a
 // process can fail at start with one clear line.
+//
+// It reads values — numbers, sizes, durations, addresses, names — and knows
+// none of the parts that use them: a setting written in a part's own
+// syntax (the clients' file, the egress policy's patterns, the git
+// repositories' file) is kept as given, and the part reads and checks it
+// (app.Load calls them all at start, naming the variable in their errors).
 package config
 
 import (
@@ -17,20 +23,19 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/clients"
-	"github.com/runbox-dev/runbox/internal/egress"
-	whsig "github.com/runbox-dev/runbox/internal/webhooks/signature"
 )
 
 // Config is every setting of api and executor.
 type Config struct {
-	HTTPAddr      string
-	Clients       clients.Clients // by token digest; empty: api makes a token
-	RedisURL      string          // empty: embedded
-	SandboxRoot   string          // absolute
-	FileSecret    []byte          // empty: load or make one under SandboxRoot
+	HTTPAddr string
+	// APIToken, APITokens and ClientsFile are MCP_API_TOKEN,
+	// MCP_API_TOKENS and CLIENTS_FILE as given: the clients tokens give,
+	// which package clients reads. None: api makes a token.
+	APIToken, APITokens, ClientsFile string
+
+	RedisURL      string // empty: embedded
+	SandboxRoot   string // absolute
+	FileSecret    []byte // empty: load or make one under SandboxRoot
 	FileURLTTL    time.Duration
 	PublicBaseURL string
 	// AllowedOrigins are the web origins, besides PublicBaseURL's, whose
@@ -147,9 +152,10 @@ type Config struct {
 	// Secrets are the service's own secrets as given (tokens, keys), which
 	// output shown to clients never carries (projects redact them).
 	Secrets []string
-	// Git is GIT_REPOS_FILE (with GIT_API_URL): the repositories clients
-	// may commit to; nil without the file.
-	Git *Git
+	// GitReposFile and GitAPIURL are GIT_REPOS_FILE and GIT_API_URL: the
+	// repositories clients may commit to, which package gitexport reads;
+	// "" without.
+	GitReposFile, GitAPIURL string
 	// Egress is what runs may reach outside their sandboxes, and how.
 	Egress Egress
 	// PipIndexURL and NPMRegistry are the package indexes runs use.
@@ -182,11 +188,11 @@ type Webhooks struct {
 	// (WEBHOOK_SECRET: the current first, comma-separated while
 	// rotating); other clients' are in CLIENTS_FILE.
 	Secret []string
-	// Allow are the hosts any client's callbacks may go to; Hosts the
-	// names resolved to fixed addresses (plain http allowed to them, on
-	// the mapped port only).
-	Allow egress.Patterns
-	Hosts egress.Hosts
+	// Allow and Hosts are WEBHOOK_ALLOW and WEBHOOK_HOSTS as given, which
+	// package egress reads: the hosts any client's callbacks may go to,
+	// and names resolved to fixed addresses (plain http allowed to them,
+	// on the mapped port only).
+	Allow, Hosts string
 	// Backoff is the first retry's delay, doubling with jitter; RetryFor
 	// how long a webhook is retried.
 	Backoff  time.Duration
@@ -199,20 +205,20 @@ type Webhooks struct {
 
 // Egress is the egress policy and the proxy's bounds (SANDBOX_EGRESS_*).
 type Egress struct {
-	// Allow is what any client may ask for; a tier's egress_domains
-	// replaces it for its clients. Empty: no egress.
-	Allow egress.Patterns
-	Hosts egress.Hosts
-	// Deny are address ranges no connection may go to
-	// (SANDBOX_EGRESS_DENY_CIDRS).
-	Deny           egress.Ranges
-	MaxBytes       int64 // in + out, per run
-	MaxConnections int   // per run
-	ConnectTimeout time.Duration
-	IdleTimeout    time.Duration
-	// Secrets are the operator's secrets (SANDBOX_SECRETS_FILE), which
-	// runs' requests to their domains carry and their programs never see.
-	Secrets egress.Secrets
+	// Allow, Hosts and Deny are SANDBOX_EGRESS_ALLOW, _HOSTS and
+	// _DENY_CIDRS as given, which package egress reads: what any client
+	// may ask for (a tier's egress_domains replaces it for its clients;
+	// empty: no egress), names resolved to fixed addresses, and address
+	// ranges no connection may go to.
+	Allow, Hosts, Deny string
+	MaxBytes           int64 // in + out, per run
+	MaxConnections     int   // per run
+	ConnectTimeout     time.Duration
+	IdleTimeout        time.Duration
+	// SecretsFile is SANDBOX_SECRETS_FILE, which package egress reads: the
+	// operator's secrets, which runs' requests to their domains carry and
+	// their programs never see.
+	SecretsFile string
 	// UpstreamRoots verify the servers of the secrets' domains: the
 	// system's roots and SANDBOX_EGRESS_CA_FILE's; nil: the system's.
 	UpstreamRoots *x509.CertPool
@@ -264,9 +270,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	p.audit(c)
 	p.previews(c, public)
 	c.Egress = p.egress()
-	c.Webhooks = p.webhooks(c.Egress.Deny)
+	c.Webhooks = p.webhooks()
 	p.clients(c)
-	c.Secrets = append(secrets(getenv), c.Egress.Secrets.Values()...)
+	c.Secrets = secrets(getenv)
 	p.git(c)
 	p.logs(c)
 	if p.err != nil {
@@ -485,42 +491,18 @@ func (p *parser) previews(c *Config, public *url.URL) {
 	}
 }
 
-// egress reads SANDBOX_EGRESS_* and SANDBOX_SECRETS_FILE.
+// egress reads SANDBOX_EGRESS_* and SANDBOX_SECRETS_FILE. The proxy's
+// bounds default as the proxy's own (egress.Default*).
 func (p *parser) egress() Egress {
 	e := Egress{
+		Allow:          p.str("SANDBOX_EGRESS_ALLOW", ""),
+		Hosts:          p.str("SANDBOX_EGRESS_HOSTS", ""),
+		Deny:           p.str("SANDBOX_EGRESS_DENY_CIDRS", ""),
 		MaxBytes:       p.bytes("SANDBOX_EGRESS_MAX_BYTES", "512m"),
-		MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", egress.DefaultMaxConnections),
-		ConnectTimeout: p.duration("SANDBOX_EGRESS_CONNECT_TIMEOUT", egress.DefaultConnectTimeout),
-		IdleTimeout:    p.duration("SANDBOX_EGRESS_IDLE_TIMEOUT", egress.DefaultIdleTimeout),
-	}
-	if allow, err := egress.ParseList(p.str("SANDBOX_EGRESS_ALLOW", "")); err != nil {
-		p.fail("SANDBOX_EGRESS_ALLOW", err.Error())
-	} else {
-		e.Allow = allow
-	}
-	if hosts, err := egress.ParseHosts(p.str("SANDBOX_EGRESS_HOSTS", "")); err != nil {
-		p.fail("SANDBOX_EGRESS_HOSTS", err.Error())
-	} else {
-		e.Hosts = hosts
-	}
-	if deny, err := egress.ParseRanges(p.str("SANDBOX_EGRESS_DENY_CIDRS", "")); err != nil {
-		p.fail("SANDBOX_EGRESS_DENY_CIDRS", err.Error())
-	} else {
-		e.Deny = deny
-		// A name mapped into a refused range could never be reached: the
-		// operator meant one or the other.
-		for name, m := range e.Hosts {
-			if deny.Contains(m.Addr) {
-				p.fail("SANDBOX_EGRESS_DENY_CIDRS", fmt.Sprintf("refuses %s, where SANDBOX_EGRESS_HOSTS maps %s", m.Addr, name))
-			}
-		}
-	}
-	if file := strings.TrimSpace(p.getenv("SANDBOX_SECRETS_FILE")); file != "" {
-		if ss, err := egress.LoadSecrets(file); err != nil {
-			p.fail("SANDBOX_SECRETS_FILE", err.Error())
-		} else {
-			e.Secrets = ss
-		}
+		MaxConnections: p.positive("SANDBOX_EGRESS_MAX_CONNECTIONS", 256),
+		ConnectTimeout: p.duration("SANDBOX_EGRESS_CONNECT_TIMEOUT", 10*time.Second),
+		IdleTimeout:    p.duration("SANDBOX_EGRESS_IDLE_TIMEOUT", time.Minute),
+		SecretsFile:    strings.TrimSpace(p.getenv("SANDBOX_SECRETS_FILE")),
 	}
 	if file := strings.TrimSpace(p.getenv("SANDBOX_EGRESS_CA_FILE")); file != "" {
 		if pool, err := upstreamRoots(file); err != nil {
@@ -532,44 +514,21 @@ func (p *parser) egress() Egress {
 	return e
 }
 
-// clients reads the clients tokens give (MCP_API_TOKEN, MCP_API_TOKENS,
-// CLIENTS_FILE); it reads after egress, whose secrets the tiers name.
+// clients reads where the clients tokens give are (MCP_API_TOKEN,
+// MCP_API_TOKENS, CLIENTS_FILE).
 func (p *parser) clients(c *Config) {
-	cs, err := clients.Load(p.getenv("MCP_API_TOKEN"), p.getenv("MCP_API_TOKENS"), strings.TrimSpace(p.getenv("CLIENTS_FILE")))
-	if err != nil {
-		if p.err == nil {
-			p.err = err
-		}
-		return
-	}
-	c.Clients = cs
-	for _, cl := range cs {
-		for _, name := range cl.Tier.Secrets {
-			if _, ok := c.Egress.Secrets[name]; !ok {
-				p.fail("CLIENTS_FILE", fmt.Sprintf("tier %s: secrets names %q, which SANDBOX_SECRETS_FILE does not", cl.Tier.Name, truncateName(name)))
-			}
-		}
-	}
+	c.APIToken = p.getenv("MCP_API_TOKEN")
+	c.APITokens = p.getenv("MCP_API_TOKENS")
+	c.ClientsFile = strings.TrimSpace(p.getenv("CLIENTS_FILE"))
 }
 
-// git reads GIT_REPOS_FILE and GIT_API_URL; it reads after clients, whom
-// the file names.
+// git reads GIT_REPOS_FILE and GIT_API_URL.
 func (p *parser) git(c *Config) {
-	file := strings.TrimSpace(p.getenv("GIT_REPOS_FILE"))
-	if file == "" {
-		if strings.TrimSpace(p.getenv("GIT_API_URL")) != "" {
-			p.fail("GIT_API_URL", "is set without GIT_REPOS_FILE, which names the repositories it serves")
-		}
-		return
+	c.GitReposFile = strings.TrimSpace(p.getenv("GIT_REPOS_FILE"))
+	c.GitAPIURL = p.getenv("GIT_API_URL")
+	if c.GitReposFile == "" && strings.TrimSpace(c.GitAPIURL) != "" {
+		p.fail("GIT_API_URL", "is set without GIT_REPOS_FILE, which names the repositories it serves")
 	}
-	g, err := loadGit(file, p.getenv("GIT_API_URL"), clientNames(c.Clients))
-	if err != nil {
-		if p.err == nil {
-			p.err = err
-		}
-		return
-	}
-	c.Git = g
 }
 
 // logs reads LOG_LEVEL, LOG_FORMAT and SANDBOX_LOG_FILE.
@@ -579,10 +538,11 @@ func (p *parser) logs(c *Config) {
 	c.LogFile = p.str("SANDBOX_LOG_FILE", "")
 }
 
-// webhooks reads WEBHOOK_*; it reads after egress, whose refused ranges
-// (deny) no name WEBHOOK_HOSTS maps may lead into.
-func (p *parser) webhooks(deny egress.Ranges) Webhooks {
+// webhooks reads WEBHOOK_*.
+func (p *parser) webhooks() Webhooks {
 	w := Webhooks{
+		Allow:    p.str("WEBHOOK_ALLOW", ""),
+		Hosts:    p.str("WEBHOOK_HOSTS", ""),
 		Backoff:  p.duration("WEBHOOK_BACKOFF", 5*time.Second),
 		RetryFor: p.duration("WEBHOOK_RETRY_FOR", 24*time.Hour),
 		// The default is webhooks.DefaultPerClient: 4 of an api's 16.
@@ -591,21 +551,6 @@ func (p *parser) webhooks(deny egress.Ranges) Webhooks {
 	for v := range strings.SplitSeq(p.str("WEBHOOK_SECRET", ""), ",") {
 		if v = strings.TrimSpace(v); v != "" {
 			w.Secret = append(w.Secret, v)
-		}
-	}
-	if _, err := whsig.Parse(w.Secret); err != nil {
-		p.fail("WEBHOOK_SECRET", err.Error())
-	}
-	var err error
-	if w.Allow, err = egress.ParseList(p.str("WEBHOOK_ALLOW", "")); err != nil {
-		p.fail("WEBHOOK_ALLOW", err.Error())
-	}
-	if w.Hosts, err = egress.ParseHosts(p.str("WEBHOOK_HOSTS", "")); err != nil {
-		p.fail("WEBHOOK_HOSTS", err.Error())
-	}
-	for name, m := range w.Hosts {
-		if deny.Contains(m.Addr) {
-			p.fail("SANDBOX_EGRESS_DENY_CIDRS", fmt.Sprintf("refuses %s, where WEBHOOK_HOSTS maps %s", m.Addr, name))
 		}
 	}
 	return w
@@ -653,26 +598,6 @@ func upstreamRoots(file string) (*x509.CertPool, error) {
 		return nil, errors.New("holds no PEM certificate")
 	}
 	return pool, nil
-}
-
-func truncateName(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
-
-// clientNames are the names of the clients tokens give; "default" when
-// there are none, as api then makes the token of the client "default".
-func clientNames(cs clients.Clients) map[string]bool {
-	names := map[string]bool{}
-	for _, c := range cs {
-		names[c.Name] = true
-	}
-	if len(names) == 0 {
-		names[runbox.DefaultClient] = true
-	}
-	return names
 }
 
 // parseS3 reads FILE_STORE and the AWS variables; nil if FILE_STORE is
@@ -762,22 +687,6 @@ func defaultPreviewDomain(public *url.URL) string {
 // MaxMCPBody is the largest MCP message the api reads: the base64 of the
 // largest upload, and its envelope.
 func (c *Config) MaxMCPBody() int64 { return c.MaxUpload*4/3 + 1<<20 }
-
-// EgressReachable reports whether any client may ask its runs to reach
-// anything: SANDBOX_EGRESS_ALLOW, or a tier's egress_domains, names a
-// domain, or there are secrets (a run that asks for one reaches its
-// domains).
-func (c *Config) EgressReachable() bool {
-	if len(c.Egress.Allow) > 0 || len(c.Egress.Secrets) > 0 {
-		return true
-	}
-	for _, cl := range c.Clients {
-		if len(cl.Tier.EgressDomains) > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // MaxTimeoutSeconds is the largest timeout_seconds a run may ask for.
 func (c *Config) MaxTimeoutSeconds() int { return int(c.ExecTimeout / time.Second) }

@@ -1,10 +1,6 @@
 package config
 
 import (
-	"crypto/sha256"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +18,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != ":8080" || c.PublicBaseURL != "http://localhost:8080" || c.MemoryLimit != 512<<20 ||
 		c.NanoCPUs != 1e9 || c.PidsLimit != 128 || c.ExecTimeout != time.Minute || c.MaxOutput != 102400 ||
-		c.QuotaBytes != 1<<30 || c.FileURLTTL != 24*time.Hour || len(c.Clients) != 0 || c.RedisURL != "" {
+		c.QuotaBytes != 1<<30 || c.FileURLTTL != 24*time.Hour || c.APIToken != "" || c.RedisURL != "" {
 		t.Errorf("defaults %+v", c)
 	}
 	if !strings.HasSuffix(c.SandboxRoot, "/var/sandboxes") || !strings.HasPrefix(c.SandboxRoot, "/") {
@@ -45,10 +41,8 @@ func TestValues(t *testing.T) {
 	if c.PublicBaseURL != "http://localhost:9090" {
 		t.Errorf("base URL %q does not follow the port", c.PublicBaseURL)
 	}
-	for tok, name := range map[string]string{"single-token": "default", "alice-token": "alice", "bob-token": "bob"} {
-		if c.Clients[sha256.Sum256([]byte(tok))].Name != name {
-			t.Errorf("token of %s: %+v", name, c.Clients)
-		}
+	if c.APIToken != "single-token" || c.APITokens != "alice:alice-token, bob:bob-token" {
+		t.Errorf("tokens %q %q, as given", c.APIToken, c.APITokens)
 	}
 	if c.MemoryLimit != 1<<30 || c.NanoCPUs != 5e8 || c.MaxTimeoutSeconds() != 90 {
 		t.Errorf("limits %+v", c)
@@ -64,8 +58,6 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"SANDBOX_EXEC_TIMEOUT", "soon"},
 		{"SANDBOX_EXEC_TIMEOUT", "100ms"},
 		{"FILE_URL_TTL", "-1h"},
-		{"MCP_API_TOKENS", "nocolon"},
-		{"MCP_API_TOKEN", "short"},
 		{"REDIS_URL", "http://x"},
 		{"PUBLIC_BASE_URL", "ftp://x"},
 		{"FILE_SECRET", "tooshort"},
@@ -81,15 +73,9 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"FILE_STORE", "s3://Upper_Case"},
 		{"FILE_STORE", "s3://user:pw@bucket"},
 		{"FILE_STORE", "gs://bucket"},
-		{"SANDBOX_EGRESS_ALLOW", "pypi.org,*"},
-		{"SANDBOX_EGRESS_ALLOW", "10.0.0.1"},
-		{"SANDBOX_EGRESS_HOSTS", "pypi.internal"},
-		{"SANDBOX_EGRESS_HOSTS", "pypi.internal=mirror.example"},
 		{"SANDBOX_EGRESS_MAX_BYTES", "lots"},
 		{"SANDBOX_EGRESS_MAX_CONNECTIONS", "0"},
 		{"SANDBOX_EGRESS_IDLE_TIMEOUT", "never"},
-		{"SANDBOX_EGRESS_DENY_CIDRS", "203.0.113.0/33"},
-		{"SANDBOX_EGRESS_DENY_CIDRS", "my-host"},
 		{"PREVIEW_WS_IDLE", "forever"},
 		{"PREVIEW_MAX_STREAMS", "0"},
 		{"PREVIEW_MAX_STREAMS_PER_CONVERSATION", "-1"},
@@ -175,44 +161,6 @@ func TestFileStore(t *testing.T) {
 	}
 }
 
-func TestEgress(t *testing.T) {
-	c, err := FromEnv(env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := c.Egress
-	if len(e.Allow) != 0 || len(e.Hosts) != 0 || e.MaxBytes != 512<<20 || e.MaxConnections != 256 ||
-		e.ConnectTimeout != 10*time.Second || e.IdleTimeout != time.Minute ||
-		c.PipIndexURL != DefaultPipIndexURL || c.NPMRegistry != DefaultNPMRegistry {
-		t.Errorf("defaults %+v %q %q", e, c.PipIndexURL, c.NPMRegistry)
-	}
-	c, err = FromEnv(env(map[string]string{
-		"SANDBOX_EGRESS_ALLOW":           "pypi.org, *.pythonhosted.org",
-		"SANDBOX_EGRESS_HOSTS":           "pypi.internal=10.0.0.5:8080",
-		"SANDBOX_EGRESS_MAX_BYTES":       "1m",
-		"SANDBOX_EGRESS_MAX_CONNECTIONS": "8",
-		"SANDBOX_PIP_INDEX_URL":          "http://pypi.internal:8080/simple",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e = c.Egress
-	if strings.Join(e.Allow.Strings(), ",") != "pypi.org,*.pythonhosted.org" || e.Hosts["pypi.internal"].Port != 8080 ||
-		e.MaxBytes != 1<<20 || e.MaxConnections != 8 || c.PipIndexURL != "http://pypi.internal:8080/simple" {
-		t.Errorf("values %+v %q", e, c.PipIndexURL)
-	}
-	// Ranges the operator refuses; a mapping into one is a contradiction.
-	c, err = FromEnv(env(map[string]string{"SANDBOX_EGRESS_DENY_CIDRS": "203.0.113.7, 198.51.100.0/24,2001:db8::/32"}))
-	if err != nil || len(c.Egress.Deny) != 3 || !c.Egress.Deny.Contains(netip.MustParseAddr("203.0.113.7")) ||
-		c.Egress.Deny.Contains(netip.MustParseAddr("203.0.113.8")) {
-		t.Errorf("deny %v, %v", c.Egress.Deny, err)
-	}
-	_, err = FromEnv(env(map[string]string{"SANDBOX_EGRESS_DENY_CIDRS": "10.0.0.0/8", "SANDBOX_EGRESS_HOSTS": "pypi.internal=10.0.0.5"}))
-	if err == nil || !strings.Contains(err.Error(), "pypi.internal") {
-		t.Errorf("a mapping into a refused range: %v", err)
-	}
-}
-
 // TestPreviewStreams: the bounds of upgraded preview streams.
 func TestPreviewStreams(t *testing.T) {
 	c, err := FromEnv(env(nil))
@@ -225,91 +173,6 @@ func TestPreviewStreams(t *testing.T) {
 	c, err = FromEnv(env(map[string]string{"PREVIEW_WS_IDLE": "30s", "PREVIEW_MAX_STREAMS": "10", "PREVIEW_MAX_STREAMS_PER_CONVERSATION": "2"}))
 	if err != nil || c.PreviewStreamIdle != 30*time.Second || c.PreviewMaxStreams != 10 || c.PreviewMaxStreamsPerConversation != 2 {
 		t.Errorf("values %v %d %d, %v", c.PreviewStreamIdle, c.PreviewMaxStreams, c.PreviewMaxStreamsPerConversation, err)
-	}
-}
-
-func TestSecretsSettings(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	const value = "sk-live-0123456789"
-	secrets := write("secrets.yaml", "secrets:\n  openai: {value: "+value+", domains: [api.openai.com]}\n  github: {value: ghp_0123456789, domains: [api.github.com]}\n")
-	tiers := write("clients.yaml", "tiers:\n  narrow: {secrets: [github]}\n  none: {secrets: []}\nclients:\n"+
-		"  - {name: a, token: token-a-0123456789, tier: narrow}\n  - {name: b, token: token-b-0123456789, tier: none}\n"+
-		"  - {name: c, token: token-c-0123456789}\n")
-	c, err := FromEnv(env(map[string]string{"SANDBOX_SECRETS_FILE": secrets, "CLIENTS_FILE": tiers}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(c.Egress.Secrets.Names(), ",") != "github,openai" || !c.EgressReachable() || !slices.Contains(c.Secrets, value) {
-		t.Errorf("secrets %v, reachable %v", c.Egress.Secrets.Names(), c.EgressReachable())
-	}
-	byName := map[string][]string{}
-	for _, cl := range c.Clients {
-		byName[cl.Name] = cl.Tier.Secrets
-	}
-	if !slices.Equal(byName["a"], []string{"github"}) || byName["b"] == nil || len(byName["b"]) != 0 || byName["c"] != nil {
-		t.Errorf("tiers' secrets %q", byName)
-	}
-	ca := write("ca.pem", "not a certificate")
-	for _, tt := range []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{"SANDBOX_SECRETS_FILE": write("bad.yaml", "secrets: {x: {value: "+value+"}}")}, "SANDBOX_SECRETS_FILE secret x: domains"},
-		{map[string]string{"SANDBOX_SECRETS_FILE": filepath.Join(dir, "missing")}, "SANDBOX_SECRETS_FILE"},
-		{map[string]string{"CLIENTS_FILE": tiers}, `tier narrow: secrets names "github", which SANDBOX_SECRETS_FILE does not`},
-		{map[string]string{"SANDBOX_EGRESS_CA_FILE": ca}, "SANDBOX_EGRESS_CA_FILE holds no PEM certificate"},
-	} {
-		_, err := FromEnv(env(tt.env))
-		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), value) {
-			t.Errorf("%v: %v, want %q", tt.env, err, tt.want)
-		}
-	}
-}
-
-func TestWebhooks(t *testing.T) {
-	c, err := FromEnv(env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := c.Webhooks; len(w.Secret) != 0 || len(w.Allow) != 0 || len(w.Hosts) != 0 || w.Backoff != 5*time.Second || w.RetryFor != 24*time.Hour ||
-		w.PerClient != 4 {
-		t.Errorf("defaults %+v", w)
-	}
-	const s1, s2 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_dGhlLW5ldy1zZWNyZXQtb2YtdGhpcnR5LXR3by1ieXQ="
-	c, err = FromEnv(env(map[string]string{
-		"WEBHOOK_SECRET": s2 + ", " + s1, "WEBHOOK_ALLOW": "hooks.example.com,*.example.org",
-		"WEBHOOK_HOSTS": "recv.test=127.0.0.1:9999", "WEBHOOK_BACKOFF": "1s", "WEBHOOK_RETRY_FOR": "1h",
-		"WEBHOOK_CONCURRENCY_PER_CLIENT": "2",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := c.Webhooks
-	if !slices.Equal(w.Secret, []string{s2, s1}) || strings.Join(w.Allow.Strings(), ",") != "hooks.example.com,*.example.org" ||
-		w.Hosts["recv.test"].Port != 9999 || w.Backoff != time.Second || w.RetryFor != time.Hour || w.PerClient != 2 || !slices.Contains(c.Secrets, s2) || !slices.Contains(c.Secrets, s1) {
-		t.Errorf("values %+v", w)
-	}
-	for name, v := range map[string]string{"WEBHOOK_SECRET": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_ALLOW": "127.0.0.1",
-		"WEBHOOK_HOSTS": "recv.test", "WEBHOOK_BACKOFF": "soon", "WEBHOOK_RETRY_FOR": "-1h",
-		"WEBHOOK_CONCURRENCY_PER_CLIENT": "0"} {
-		_, err := FromEnv(env(map[string]string{name: v}))
-		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "MfKQ9r8") {
-			t.Errorf("%s=%s: %v", name, v, err)
-		}
-	}
-}
-
-func TestWebhookHostsOutsideDenyRanges(t *testing.T) {
-	_, err := FromEnv(env(map[string]string{"WEBHOOK_HOSTS": "recv.test=10.0.0.5:8080", "SANDBOX_EGRESS_DENY_CIDRS": "10.0.0.0/8"}))
-	if err == nil || !strings.Contains(err.Error(), "WEBHOOK_HOSTS maps recv.test") {
-		t.Fatalf("a mapping into a denied range: %v", err)
 	}
 }
 
@@ -383,6 +246,17 @@ func TestGroups(t *testing.T) {
 		}},
 		{"previews", map[string]string{"PREVIEW_BASE_DOMAIN": "preview.example"}, func(c *Config) bool {
 			return c.PreviewDomain == "preview.example"
+		}},
+		{"parts' own settings, as given", map[string]string{"CLIENTS_FILE": " /etc/runbox/clients.yaml ",
+			"SANDBOX_EGRESS_ALLOW": "pypi.org, *.pythonhosted.org", "SANDBOX_EGRESS_HOSTS": "pypi.internal=10.0.0.5:8080",
+			"SANDBOX_EGRESS_DENY_CIDRS": "10.1.0.0/16", "SANDBOX_SECRETS_FILE": "/etc/runbox/secrets.yaml",
+			"WEBHOOK_ALLOW": "hooks.example.com", "WEBHOOK_HOSTS": "recv.test=127.0.0.1:9999",
+			"GIT_REPOS_FILE": "/etc/runbox/repos.yaml", "GIT_API_URL": "https://git.example/"}, func(c *Config) bool {
+			return c.ClientsFile == "/etc/runbox/clients.yaml" && c.Egress.Allow == "pypi.org, *.pythonhosted.org" &&
+				c.Egress.Hosts == "pypi.internal=10.0.0.5:8080" && c.Egress.Deny == "10.1.0.0/16" &&
+				c.Egress.SecretsFile == "/etc/runbox/secrets.yaml" && c.Webhooks.Allow == "hooks.example.com" &&
+				c.Webhooks.Hosts == "recv.test=127.0.0.1:9999" && c.GitReposFile == "/etc/runbox/repos.yaml" &&
+				c.GitAPIURL == "https://git.example/"
 		}},
 		{"logs", nil, func(c *Config) bool {
 			return c.LogLevel == "info" && c.LogFormat == "text" && c.LogFile == ""

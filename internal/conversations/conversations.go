@@ -22,6 +22,9 @@ import (
 
 // Limits bound what clients send and get.
 type Limits struct {
+	// Quota is the bytes one conversation's files may take, as its file
+	// store counts them (SANDBOX_QUOTA_BYTES); 0 is no bound here.
+	Quota               int64
 	MaxUpload           int64
 	MaxRead             int64
 	MaxInlineImages     int
@@ -159,7 +162,7 @@ func (s *Service) Read(ctx context.Context, cid, name string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	name, err = files.CleanName(name)
+	name, err = runbox.CleanFileName(name)
 	if err != nil {
 		return File{}, err
 	}

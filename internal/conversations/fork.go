@@ -178,8 +178,9 @@ func (s *Service) forkable(ctx context.Context, src string) (runbox.Mark, error)
 var errBusy = runbox.Errorf(runbox.EBusy,
 	"the conversation has a run queued or running, or had one while it was being copied; fork it once its runs have ended")
 
-// admitForks refuses forks whose ids are taken, or that would take the
-// client past its tier, and then claims their ids.
+// admitForks refuses forks whose ids are taken, that would start past a
+// conversation's quota, or that would take the client past its tier, and
+// then claims their ids.
 func (s *Service) admitForks(ctx context.Context, src string, keys []string) error {
 	for _, k := range keys {
 		if err := s.free(ctx, k); err != nil {
@@ -189,6 +190,15 @@ func (s *Service) admitForks(ctx context.Context, src string, keys []string) err
 	used, err := s.files.Usage(ctx, src)
 	if err != nil {
 		return err
+	}
+	// Each fork holds what the source does, as the store counts it (a
+	// sparse file for its whole size where holes are not kept): one that
+	// would start past its quota is not made. The store checks again as
+	// it copies, before writing anything.
+	if q := s.limits.Quota; q > 0 && used > q {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files take %d bytes, more than a conversation's quota of %d: a fork could not hold them; delete some first",
+			used, q)
 	}
 	if err := s.runs.AdmitForks(ctx, keys, used*int64(len(keys))); err != nil {
 		return err

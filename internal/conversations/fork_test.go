@@ -2,6 +2,7 @@ package conversations
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/queue"
 	"github.com/runbox-dev/runbox/internal/runs"
 	"github.com/runbox-dev/runbox/internal/snapshot"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/store/stream"
 	"github.com/runbox-dev/runbox/internal/testenv"
@@ -242,5 +244,51 @@ func TestForkState(t *testing.T) {
 	}
 	if one, err := env.svc.Fork(dave, ForkRequest{ConversationID: "src"}); err != nil || !one.StateForked {
 		t.Errorf("a fork within the storage: %+v, %v", one, err)
+	}
+}
+
+// TestForkSparse: six sparse files of a mebibyte each, 8 KiB of data
+// apiece, in a conversation whose quota is a mebibyte (walk mode, which
+// counts them whole): forking it twice is refused with quota_exceeded
+// before anything is written — by the service, and by the store where
+// the service does not know the quota — and the ids are freed. A sparse
+// file within the quota is forked with its holes kept.
+func TestForkSparse(t *testing.T) {
+	for _, quota := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprintf("service quota %d", quota), func(t *testing.T) {
+			env := newForkEnv(t)
+			env.svc.limits.Quota = quota
+			alice := as("alice", clients.Tier{})
+			key, _ := runs.ConversationKey(alice, "src")
+			dir, err := env.folders.Ensure(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 6 {
+				sparsetest.File(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), 1<<20-4096)
+			}
+			before, _ := env.folders.Conversations()
+			if _, err := env.svc.Fork(alice, ForkRequest{ConversationID: "src", Count: 2}); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
+				t.Fatalf("fork of 6 MiB of sparse files into 1 MiB: %v", err)
+			}
+			if after, _ := env.folders.Conversations(); len(after) != len(before) {
+				t.Errorf("a refused fork made folders: %v", after)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(env.folders.Root(), ".forks")); len(entries) != 0 {
+				t.Errorf("a refused fork made staging folders: %v", entries)
+			}
+
+			for i := range 5 {
+				os.Remove(filepath.Join(dir, fmt.Sprintf("f%d", i)))
+			}
+			got, err := env.svc.Fork(alice, ForkRequest{ConversationID: "src", Count: 2})
+			if err != nil {
+				t.Fatalf("fork of a sparse file within the quota: %v", err)
+			}
+			for _, c := range got.Conversations {
+				fork, _ := runs.ConversationKey(alice, c.ConversationID)
+				sparsetest.Check(t, filepath.Join(env.folders.Path(fork), "f5"), 1<<20-4096)
+			}
+		})
 	}
 }

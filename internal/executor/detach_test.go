@@ -23,6 +23,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker/dockertest"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/testenv"
 	"github.com/runbox-dev/runbox/internal/watchdog"
@@ -61,7 +62,7 @@ func newRig(t *testing.T, cfg Config) *rig {
 	cfg.ShutdownGrace = cmpOr(cfg.ShutdownGrace, 10*time.Second)
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.Schedule = lifecycle.Periodic(clockwork.NewRealClock())
-	m := sandbox.NewManager(docker.New(testenv.Docker(t), docker.Options{}), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
+	m := sandbox.NewManager(docker.New(dockertest.Client(t), docker.Options{}), sandbox.Options{ExecutorID: cfg.ID, Limits: sandbox.Limits{
 		Memory: 256 << 20, NanoCPUs: 1e9, Pids: 128}, MaxWarm: sandbox.WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
 	e := New(cfg, queue.NewWorker(conn, cfg.ID, log.With("executor", cfg.ID)), st, sched, m, folders, files.NewSigner([]byte("0123456789abcdef0123456789abcdef"), "http://test", time.Hour), log)
 	if err := e.Start(context.Background()); err != nil {

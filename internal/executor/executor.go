@@ -22,6 +22,7 @@ import (
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 	"github.com/runbox-dev/runbox/internal/store"
 	"github.com/runbox-dev/runbox/internal/watchdog"
 	"github.com/runbox-dev/runbox/internal/workcopy"
@@ -87,6 +88,9 @@ type Config struct {
 	// (package link), announced with its heartbeat; empty when the api
 	// runs it in its own process.
 	LinkAddr string
+	// QuotaFiles is the entries a conversation's files may hold
+	// (SANDBOX_QUOTA_FILES), for the error of a run stopped past them.
+	QuotaFiles int
 }
 
 // Executor takes runs off the queue and runs them.
@@ -222,7 +226,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.runners = runners
 	switch err := e.sandboxes.CheckRuntime(ctx, runners[0].Image); {
-	case errors.Is(err, sandbox.ErrNoRoom):
+	case errors.Is(err, engine.ErrNoRoom):
 		// Not the runtime's fault: the engine is full, maybe of this
 		// executor's own orphans, which the reap below removes; a
 		// crash here would only restart into the same full engine.

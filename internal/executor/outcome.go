@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // ending is what happened to a run's program, for outcome.
@@ -19,6 +21,7 @@ type ending struct {
 	cause   error
 	timeout int   // the run's timeout, in seconds
 	quota   int64 // the conversation's quota, in bytes
+	files   int   // and in entries
 	idle    string
 	now     time.Time
 }
@@ -33,10 +36,14 @@ func outcome(st runState, x ending) runState {
 		oc.Cancelled, x.err = true, nil
 	}
 	switch {
-	case errors.Is(x.err, sandbox.ErrNoRoom):
+	case errors.Is(x.err, engine.ErrNoRoom):
 		return st.fail(x.err, errNoRoomMessage, x.now)
 	case x.err != nil:
 		return st.fail(x.err, "the sandbox failed while running the program", x.now)
+	case oc.Quota == agent.QuotaEntries:
+		st.atQuota(fmt.Sprintf("%d entries", x.files), quotaNotKept, x.now)
+	case oc.Quota != "":
+		st.atQuota(fmt.Sprintf("%d bytes", x.quota), quotaNotKept, x.now)
 	case oc.Cancelled:
 		return cancelled(st, x)
 	case oc.TimedOut:
@@ -69,7 +76,7 @@ const errNoRoomMessage = "no room for another sandbox: every sandbox of this exe
 func cancelled(st runState, x ending) runState {
 	switch cause := x.cause; {
 	case errors.Is(cause, errQuota):
-		st.atQuota(x.quota, true, x.now)
+		st.atQuota(fmt.Sprintf("%d bytes", x.quota), quotaStopped, x.now)
 	case errors.Is(cause, errIdle):
 		st.status = runbox.StatusTimedOut
 		st.result.TimedOut = true

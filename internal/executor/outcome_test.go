@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // TestOutcome: how a program ended decides the run's status, its result's
@@ -41,7 +43,7 @@ func TestOutcome(t *testing.T) {
 		{name: "sandbox failed", x: ending{err: broken},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
 			message: "the sandbox failed while running the program"},
-		{name: "no room for a sandbox", x: ending{err: fmt.Errorf("start a sandbox: %w", sandbox.ErrNoRoom)},
+		{name: "no room for a sandbox", x: ending{err: fmt.Errorf("start a sandbox: %w", engine.ErrNoRoom)},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1, failed: true,
 			message: errNoRoomMessage},
 		{name: "cancelled while the sandbox started", x: ending{err: broken, cause: errUserCancel},
@@ -55,6 +57,12 @@ func TestOutcome(t *testing.T) {
 		{name: "quota", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: errQuota, quota: 1000},
 			status: runbox.StatusError, event: runbox.EventError, exit: -1,
 			message: "the conversation's files reached their quota of 1000 bytes; the program was stopped"},
+		{name: "past the quota's entries, in a pod", x: ending{outcome: sandbox.Outcome{ExitCode: -1, Quota: agent.QuotaEntries}, quota: 1000, files: 20},
+			status: runbox.StatusError, event: runbox.EventError, exit: -1,
+			message: "the conversation's files reached their quota of 20 entries; the program was stopped, and what it changed in them was not kept"},
+		{name: "past the quota's bytes, in a pod", x: ending{outcome: sandbox.Outcome{ExitCode: -1, Quota: agent.QuotaBytes}, quota: 1000, files: 20},
+			status: runbox.StatusError, event: runbox.EventError, exit: -1,
+			message: "the conversation's files reached their quota of 1000 bytes; the program was stopped, and what it changed in them was not kept"},
 		{name: "idle", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: errIdle, idle: "idle too long"},
 			status: runbox.StatusTimedOut, event: runbox.EventTimeout, exit: -1, timedOut: true, message: "idle too long"},
 		{name: "shutdown", x: ending{outcome: sandbox.Outcome{Cancelled: true}, cause: ErrShutdown},

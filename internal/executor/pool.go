@@ -13,6 +13,7 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/lifecycle"
 	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // MaxPool bounds the sandboxes of one language that wait in the pool,
@@ -80,7 +81,7 @@ func (p *poolFiller) loop(ctx context.Context) {
 		ended    = make(chan started, poolStarts)
 		starting = map[string]int{}  // by language
 		failed   = map[string]bool{} // a start failed: none until the next retry
-		// full: the engine had no room for a sandbox (sandbox.ErrNoRoom),
+		// full: the engine had no room for a sandbox (engine.ErrNoRoom),
 		// of any language: none starts until the next retry. The pool
 		// never makes room by removing a conversation's idle sandbox;
 		// a run's start does (package sandbox).
@@ -118,7 +119,7 @@ func (p *poolFiller) loop(ctx context.Context) {
 			case s.err == nil:
 				told = false
 			case ctx.Err() != nil:
-			case errors.Is(s.err, sandbox.ErrNoRoom):
+			case errors.Is(s.err, engine.ErrNoRoom):
 				// Expected while the conversations' sandboxes fill the
 				// engine's room: not a fault, and said once.
 				if !told {

@@ -13,7 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // fakePool is the sandboxes as the pool filler sees them: Prestart fails
@@ -140,9 +140,9 @@ func TestPoolStopsWithoutRoom(t *testing.T) {
 		retry bool
 		want  map[string]int
 	}{
-		{name: "no room: no language starts", fail: fmt.Errorf("start: %w", sandbox.ErrNoRoom),
+		{name: "no room: no language starts", fail: fmt.Errorf("start: %w", engine.ErrNoRoom),
 			want: map[string]int{"python": 1}},
-		{name: "no room, then the retry", fail: fmt.Errorf("start: %w", sandbox.ErrNoRoom), retry: true,
+		{name: "no room, then the retry", fail: fmt.Errorf("start: %w", engine.ErrNoRoom), retry: true,
 			want: map[string]int{"python": 2, "bash": 1}},
 		{name: "another failure: the others start", fail: errors.New("image missing"),
 			want: map[string]int{"python": 1, "bash": 1}},

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 )
@@ -24,6 +26,7 @@ func TestWatchQuota(t *testing.T) {
 		name           string
 		before, during int64 // bytes written before the watch and while it runs
 		tick           bool  // a measurement falls while the run's files are past the quota
+		sparse         bool  // what the run writes is a hole: one truncate, no block
 		want           bool
 	}{
 		{name: "within the quota", during: 4 << 20},
@@ -31,6 +34,8 @@ func TestWatchQuota(t *testing.T) {
 		{name: "past it, found by a measurement after the program ended", during: 12 << 20, tick: true, want: true},
 		{name: "past it already, nothing added", before: 12 << 20},
 		{name: "past it already, more added", before: 12 << 20, during: 4 << 20, want: true},
+		// It counts whole: a copy that cannot keep its holes writes them.
+		{name: "past it with a sparse file", during: 1 << 40, sparse: true, tick: true, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,10 +50,18 @@ func TestWatchQuota(t *testing.T) {
 				t.Fatal(err)
 			}
 			write := func(name string, n int64) {
-				if n > 0 {
-					if err := os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644); err != nil {
-						t.Fatal(err)
+				var err error
+				switch {
+				case n > 0 && tt.sparse:
+					err = os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+					if err == nil {
+						err = os.Truncate(filepath.Join(dir, name), n)
 					}
+				case n > 0:
+					err = os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
 				}
 			}
 			write("before", tt.before)
@@ -76,5 +89,25 @@ func TestWatchQuota(t *testing.T) {
 				t.Errorf("stop() = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestStoreMessage: a copy to or from the file store refused for the
+// quota tells the run's client so; any other failure says what failed,
+// never its error (which may name the host's paths).
+func TestStoreMessage(t *testing.T) {
+	quota := runbox.Errorf(runbox.EQuotaExceeded, "the conversation's files take 6 bytes, more than its quota of 1")
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{quota, quota.Message},
+		{fmt.Errorf("push: %w", quota), quota.Message},
+		{errors.New("open /srv/runbox/conv/files: EIO"), "could not save"},
+	}
+	for _, tt := range tests {
+		if got := storeMessage("could not save", tt.err); got != tt.want {
+			t.Errorf("storeMessage(%v) = %q, want %q", tt.err, got, tt.want)
+		}
 	}
 }

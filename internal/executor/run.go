@@ -187,7 +187,7 @@ func (e *Executor) watched(c *claimed, id string, spec runbox.Spec, log *slog.Lo
 	stopIdle()
 	if stopWatch() && res.failure == nil && (res.status == runbox.StatusSucceeded || res.status == runbox.StatusFailed) {
 		log.Warn("run ended past the quota")
-		res.atQuota(e.folders.Quota(), false, time.Now())
+		res.atQuota(fmt.Sprintf("%d bytes", e.folders.Quota()), "", time.Now())
 	}
 	e.metrics.observe(spec.Language, res.status, time.Duration(res.result.DurationMS)*time.Millisecond)
 	return res
@@ -236,18 +236,23 @@ func (st runState) fail(err error, msg string, now time.Time) runState {
 	return st
 }
 
-// atQuota makes st the result of a run whose files went past the quota:
-// stopped there, or found at it once it had ended (watchQuota).
-func (st *runState) atQuota(quota int64, stopped bool, now time.Time) {
-	msg := fmt.Sprintf("the conversation's files reached their quota of %d bytes", quota)
-	if stopped {
-		msg += "; the program was stopped"
-	}
+// atQuota makes st the result of a run whose files went past the
+// quota's bound ("N bytes", "N entries"): stopped there (quotaStopped),
+// stopped by its sandbox's agent, its files not taken (quotaNotKept), or
+// found at it once it had ended (watchQuota: "").
+func (st *runState) atQuota(bound, then string, now time.Time) {
+	msg := "the conversation's files reached their quota of " + bound + then
 	st.status = runbox.StatusError
 	st.result.Success = false
 	st.result.Error = msg
 	st.events = append(st.events, runbox.Event{TS: now, Type: runbox.EventError, Message: msg})
 }
+
+// What became of a run's program at its quota, for atQuota.
+const (
+	quotaStopped = "; the program was stopped"
+	quotaNotKept = "; the program was stopped, and what it changed in them was not kept"
+)
 
 // run runs a claimed run to its end, stage by stage: its network
 // (egress), its conversation's folder (workspace), its packages, its
@@ -305,7 +310,7 @@ func (e *Executor) run(ctx context.Context, id string, spec runbox.Spec, log *sl
 		log.Warn("run stopped at the quota")
 	}
 	return outcome(st, ending{outcome: oc, err: runErr, cause: cause, timeout: spec.TimeoutSeconds,
-		quota: e.folders.Quota(), idle: e.idleMessage(), now: time.Now()})
+		quota: e.folders.Quota(), files: e.cfg.QuotaFiles, idle: e.idleMessage(), now: time.Now()})
 }
 
 // packages installs the run's packages, if it asks for any, and then
@@ -393,7 +398,7 @@ func (e *Executor) collect(ctx context.Context, spec runbox.Spec, before []files
 		err := c.Push(context.WithoutCancel(ctx), spec.ConversationID, before, after)
 		unlock()
 		if err != nil {
-			return "could not save the conversation's files to the file store", err
+			return storeMessage("could not save the conversation's files to the file store", err), err
 		}
 	}
 	if spec.KeepState && (oc.Kernel != "" || oc.StateLost) {
@@ -419,6 +424,16 @@ func rules(f *runbox.Filesystem) *agent.Rules {
 		return nil
 	}
 	return &agent.Rules{AllowWrite: f.AllowWrite, DenyRead: f.DenyRead, DenyWrite: f.DenyWrite}
+}
+
+// storeMessage is what a run's client is told of a copy to or from the
+// file store that failed: msg, or the refusal of files past the quota
+// (their bytes and the quota, nothing of the host).
+func storeMessage(msg string, err error) string {
+	if re, ok := errors.AsType[*runbox.Error](err); ok && re.Code == runbox.EQuotaExceeded {
+		return re.Message
+	}
+	return msg
 }
 
 // prepareError is a failure to prepare a run's folder, with what its
@@ -473,7 +488,7 @@ func (e *Executor) prepare(ctx context.Context, id string, spec runbox.Spec) (st
 			c.Forget(cid) // its folder was removed here
 		}
 		if err := c.Pull(ctx, cid, e.othersRunning(cid, id)); err != nil {
-			return "", nil, nil, &prepareError{"could not fetch the conversation's files from the file store", err}
+			return "", nil, nil, &prepareError{storeMessage("could not fetch the conversation's files from the file store", err), err}
 		}
 	}
 	before, err := e.folders.List(cid)

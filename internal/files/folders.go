@@ -22,18 +22,11 @@ import (
 )
 
 const (
-	// MaxEntries bounds a listing: a program may write millions of files.
-	MaxEntries = 1000
-	// MaxDepth bounds how deep a listing descends.
-	MaxDepth = 8
 	// PackagesDir, at the top of a conversation's folder, holds the
 	// packages its runs installed: counted in its quota, left out of its
 	// listings (a run's files and artifacts are what programs wrote).
 	PackagesDir = ".packages"
 )
-
-// ErrNotFound reports a file that does not exist or is not a regular file.
-var ErrNotFound = runbox.Errorf(runbox.ENotFound, "no such file")
 
 // Folders are the conversations' folders under one root.
 type Folders struct {
@@ -168,6 +161,22 @@ func (f *Folders) Usage(cid string) (used, free int64, err error) {
 		return 0, 0, err
 	}
 	return f.usage(cid)
+}
+
+// StoredSize returns the bytes a conversation's files and saved state
+// take where holes take room as data does — in a file store, in an
+// archive: walk mode's measure (each entry its apparent size or its
+// blocks, whichever is more), whatever the mode. A copy there of files
+// past the quota by that measure is refused.
+func (f *Folders) StoredSize(cid string) (int64, error) {
+	if !runbox.ValidConversationKey(cid) {
+		return 0, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
+	}
+	if err := f.remount(cid); err != nil {
+		return 0, err
+	}
+	m, err := measure(f.Path(cid), walkTime)
+	return m.bytes + f.stateSize(cid), err
 }
 
 // usage is Usage of a conversation whose folder is mounted, if it has an
@@ -313,7 +322,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			return nil // unreadable entries are not listed
 		}
 		if d.IsDir() {
-			if p == PackagesDir || p != "." && strings.Count(p, "/") >= MaxDepth {
+			if p == PackagesDir || p != "." && strings.Count(p, "/") >= runbox.MaxListDepth {
 				return fs.SkipDir
 			}
 			return nil
@@ -326,7 +335,7 @@ func (f *Folders) List(cid string) ([]Entry, error) {
 			return nil
 		}
 		out = append(out, Entry{Name: p, Size: info.Size(), ModTime: info.ModTime()})
-		if len(out) >= MaxEntries {
+		if len(out) >= runbox.MaxListEntries {
 			return fs.SkipAll
 		}
 		return nil
@@ -354,31 +363,6 @@ func Changed(before, after []Entry) []Entry {
 	return out
 }
 
-// CleanName checks a slash-separated path relative to /data (a name from a
-// listing, or a client's "path" with or without /data/ or /mnt/data/, the
-// same folder in every sandbox) and returns it clean.
-func CleanName(name string) (string, error) {
-	if rest, ok := strings.CutPrefix(name, "/mnt/data/"); ok {
-		name = rest
-	} else {
-		name = strings.TrimPrefix(name, "/data/")
-	}
-	bad := name == "" || len(name) > 1024 || strings.ContainsRune(name, 0) ||
-		strings.HasPrefix(name, "/") || strings.Contains(name, "\\")
-	if !bad {
-		for seg := range strings.SplitSeq(name, "/") {
-			if seg == "" || seg == "." || seg == ".." {
-				bad = true
-				break
-			}
-		}
-	}
-	if bad || path.Clean(name) != name {
-		return "", runbox.Errorf(runbox.EInvalidPath, "invalid file path")
-	}
-	return name, nil
-}
-
 // Open opens a regular file of a conversation for reading. It never follows
 // a link out of the folder and never opens anything but a regular file (a
 // FIFO would block the reader).
@@ -386,7 +370,7 @@ func (f *Folders) Open(cid, name string) (*os.File, fs.FileInfo, error) {
 	if !runbox.ValidConversationKey(cid) {
 		return nil, nil, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
-	name, err := CleanName(name)
+	name, err := runbox.CleanFileName(name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -395,7 +379,7 @@ func (f *Folders) Open(cid, name string) (*os.File, fs.FileInfo, error) {
 	}
 	root, err := os.OpenRoot(f.Path(cid))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, ErrNotFound
+		return nil, nil, runbox.ErrFileNotFound
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open conversation folder: %w", err)
@@ -404,14 +388,14 @@ func (f *Folders) Open(cid, name string) (*os.File, fs.FileInfo, error) {
 	file, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || isEscape(err) {
-			return nil, nil, ErrNotFound
+			return nil, nil, runbox.ErrFileNotFound
 		}
 		return nil, nil, fmt.Errorf("open file: %w", err)
 	}
 	info, err := file.Stat()
 	if err != nil || !info.Mode().IsRegular() {
 		file.Close()
-		return nil, nil, ErrNotFound
+		return nil, nil, runbox.ErrFileNotFound
 	}
 	return file, info, nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,27 +15,30 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sparse"
 )
 
 // forksDir holds the forks being made; its name is no valid conversation
 // id.
 const forksDir = ".forks"
 
-// ErrForkExists reports a fork's target that has a folder already.
-var ErrForkExists = runbox.Errorf(runbox.EConversationExists, "a conversation of that id exists already")
-
 // Fork copies conversation src's folder (installed packages included: they
 // live in it) to a new conversation dst. The copy is made aside, under
 // forksDir, in a folder bounded like any other (its own disk image in loop
 // mode), and renamed into place at the end without replacing anything: a
-// dst that has a folder by then is ErrForkExists, and a fork that fails
+// dst that has a folder by then is runbox.ErrForkExists, and a fork that fails
 // leaves nothing.
+//
+// Before anything is made, the source is measured as the fork's quota
+// counts it (space.copySize: apparent sizes in walk mode, blocks in an
+// image), its saved state included: a source that would not fit is
+// refused with EQuotaExceeded, not copied until the quota stops it.
 //
 // Each file is a reflink of the source's where the file system can
 // (FICLONE: btrfs, XFS; a write to either copy then makes its own blocks,
-// so neither sees the other's writes), else its bytes are copied; never a
-// hard link, which would share writes. Across loop-mounted images, one per
-// conversation, it is always a copy.
+// so neither sees the other's writes), else its data is copied, its holes
+// left holes (sparse.Copy); never a hard link, which would share writes.
+// Across loop-mounted images, one per conversation, it is always a copy.
 //
 // The source's lock is held throughout, so that no upload, slot hand-over
 // or recycling changes it meanwhile; runs do not take it: the caller sees
@@ -46,9 +48,14 @@ func (f *Folders) Fork(ctx context.Context, src, dst string) (runbox.Forked, err
 		return runbox.Forked{}, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	if f.Exists(dst) {
-		return runbox.Forked{}, ErrForkExists
+		return runbox.Forked{}, runbox.ErrForkExists
 	}
 	f.removeStaleForks()
+	from, done, err := f.forkSource(src)
+	if err != nil {
+		return runbox.Forked{}, err
+	}
+	defer done()
 	stage := filepath.Join(f.root, forksDir, dst+"-"+strings.ToLower(rand.Text()[:12]))
 	if err := os.MkdirAll(stage, 0o711); err != nil {
 		return runbox.Forked{}, fmt.Errorf("create fork folder: %w", err)
@@ -58,7 +65,10 @@ func (f *Folders) Fork(ctx context.Context, src, dst string) (runbox.Forked, err
 		os.RemoveAll(stage)
 		return runbox.Forked{}, err
 	}
-	done, err := f.copyFolder(ctx, src, stageFiles)
+	var forked runbox.Forked
+	if from != nil {
+		forked, err = f.copyFolder(ctx, from, stageFiles)
+	}
 	if err == nil {
 		err = f.place(stage, dst)
 	}
@@ -68,8 +78,52 @@ func (f *Folders) Fork(ctx context.Context, src, dst string) (runbox.Forked, err
 		}
 		return runbox.Forked{}, err
 	}
-	done.Packages = true
-	return done, nil
+	forked.Packages = true
+	return forked, nil
+}
+
+// forkSource holds conversation src's lock and opens its files, once they
+// are known to fit a fork's quota; done closes them and lets the lock go.
+// A conversation with no folder has no files (nil): its fork starts empty.
+func (f *Folders) forkSource(src string) (_ *os.Root, done func(), _ error) {
+	if !f.Exists(src) {
+		return nil, func() {}, nil
+	}
+	unlock, err := f.lock(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	from, err := f.ensureLocked(src) // in loop mode, mounts a released image
+	if err == nil {
+		err = f.fits(src, from)
+	}
+	var root *os.Root
+	if err == nil {
+		if root, err = os.OpenRoot(from); err != nil {
+			err = fmt.Errorf("open conversation folder: %w", err)
+		}
+	}
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return root, func() { root.Close(); unlock() }, nil
+}
+
+// fits checks that a copy of conversation src's folder from, and its
+// saved state, fits a folder's quota.
+func (f *Folders) fits(src, from string) error {
+	m, err := measure(from, walkTime)
+	if err != nil {
+		return err
+	}
+	size, ok := f.space.copySize(m)
+	if size += f.stateSize(src); !ok || size > f.quota {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files take %d bytes (%d entries; a sparse file counts for its whole size), more than a conversation's quota of %d bytes",
+			size, m.entries, f.quota)
+	}
+	return nil
 }
 
 // staleFork is the age past which a fork's staging folder was left by a
@@ -95,33 +149,16 @@ func (f *Folders) removeStaleForks() {
 	}
 }
 
-// copyFolder copies the files of conversation src, if it has a folder,
-// into the folder to.
-func (f *Folders) copyFolder(ctx context.Context, src, to string) (runbox.Forked, error) {
-	if !f.Exists(src) {
-		return runbox.Forked{}, nil // nothing stored yet: the fork starts empty
-	}
-	unlock, err := f.lock(src)
-	if err != nil {
-		return runbox.Forked{}, err
-	}
-	defer unlock()
-	from, err := f.ensureLocked(src) // in loop mode, mounts a released image
-	if err != nil {
-		return runbox.Forked{}, err
-	}
-	fromRoot, err := os.OpenRoot(from)
-	if err != nil {
-		return runbox.Forked{}, fmt.Errorf("open conversation folder: %w", err)
-	}
-	defer fromRoot.Close()
+// copyFolder copies the files of the folder from into the folder to,
+// within the quota.
+func (f *Folders) copyFolder(ctx context.Context, from *os.Root, to string) (runbox.Forked, error) {
 	toRoot, err := os.OpenRoot(to)
 	if err != nil {
 		return runbox.Forked{}, fmt.Errorf("open fork folder: %w", err)
 	}
 	defer toRoot.Close()
-	c := treeCopy{ctx: ctx, from: fromRoot, to: toRoot, uid: f.uid, gid: f.gid, quota: f.quota}
-	if err := fs.WalkDir(fromRoot.FS(), ".", c.entry); err != nil {
+	c := treeCopy{ctx: ctx, from: from, to: toRoot, uid: f.uid, gid: f.gid, quota: f.quota, left: f.quota}
+	if err := fs.WalkDir(from.FS(), ".", c.entry); err != nil {
 		return runbox.Forked{}, err
 	}
 	return c.done, nil
@@ -132,7 +169,7 @@ func (f *Folders) copyFolder(ctx context.Context, src, to string) (runbox.Forked
 func (f *Folders) place(stage, dst string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, stage, unix.AT_FDCWD, f.convDir(dst), unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-		return ErrForkExists
+		return runbox.ErrForkExists
 	}
 	if err != nil {
 		return fmt.Errorf("place fork: %w", err)
@@ -145,12 +182,15 @@ func (f *Folders) place(stage, dst string) error {
 // os.Root, so a link leads nowhere outside); anything else (FIFOs,
 // sockets, devices) is left out. Hard links within the tree become
 // separate files. Modes and modification times are kept; what it makes
-// belongs to uid:gid, the sandbox user.
+// belongs to uid:gid, the sandbox user. It writes at most left bytes of
+// data: Fork measured the source, and this holds if it grew since (a
+// process a run left running writes to it).
 type treeCopy struct {
 	ctx      context.Context
 	from, to *os.Root
 	uid, gid int
 	quota    int64
+	left     int64
 	done     runbox.Forked
 }
 
@@ -199,7 +239,7 @@ func (c *treeCopy) entry(p string, d fs.DirEntry, err error) error {
 }
 
 // file copies one regular file: a reflink where the file system can, its
-// bytes otherwise. It opens nothing but a regular file and follows no
+// data otherwise. It opens nothing but a regular file and follows no
 // link.
 func (c *treeCopy) file(p string, info fs.FileInfo) error {
 	in, err := c.from.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
@@ -215,12 +255,13 @@ func (c *treeCopy) file(p string, info fs.FileInfo) error {
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", p, err)
 	}
-	cloned, err := cloneFile(out, in, st.Size())
+	cloned, written, err := cloneFile(out, in, st.Size(), c.left)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return QuotaError(c.quota)
+	c.left -= written
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, sparse.ErrBudget) {
+		return runbox.FileQuotaError(c.quota)
 	}
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", p, err)
@@ -235,17 +276,18 @@ func (c *treeCopy) file(p string, info fs.FileInfo) error {
 
 // cloneFile makes out, an empty file, a copy of in's size bytes: a reflink
 // (FICLONE) where the file system shares blocks copy-on-write, else a copy
-// of the bytes (copy_file_range, through io.Copy). It reports which.
-func cloneFile(out, in *os.File, size int64) (bool, error) {
-	err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+// of its data, at most budget bytes, holes kept (sparse.Copy). It reports
+// which, and the bytes it wrote.
+func cloneFile(out, in *os.File, size, budget int64) (cloned bool, written int64, err error) {
+	err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
 	if err == nil {
-		return true, nil
+		return true, 0, nil
 	}
 	if !cloneUnsupported(err) {
-		return false, err
+		return false, 0, err
 	}
-	_, err = io.Copy(out, io.LimitReader(in, size))
-	return false, err
+	written, err = sparse.Copy(out, in, size, budget)
+	return false, written, err
 }
 
 // cloneUnsupported reports an error of FICLONE that says the file system,

@@ -204,7 +204,7 @@ func TestCloneFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cloned, err := cloneFile(out, in, 12)
+	cloned, _, err := cloneFile(out, in, 12, 12)
 	out.Close()
 	in.Close()
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/runbox-dev/runbox/internal/sparse"
 )
 
 // In loop mode a conversation's folder is its own disk image, which a
@@ -39,9 +41,10 @@ var ErrSlotDirty = errors.New("the slot could not be emptied")
 
 // copyTree copies the entries of the folder src into the empty folder dst,
 // owned by uid:gid, never following a link: folders, regular files
-// (content, permissions without set-id bits, times) and symbolic links (as
-// links); FIFOs, sockets and devices are left out. It fails past limit
-// bytes of content or maxHandoverEntries entries.
+// (data, holes kept; permissions without set-id bits, times) and symbolic
+// links (as links); FIFOs, sockets and devices are left out. It fails
+// before writing past limit bytes of data, or past maxHandoverEntries
+// entries.
 func copyTree(src, dst string, limit int64, uid, gid int) error {
 	from, err := os.OpenRoot(src)
 	if err != nil {
@@ -101,21 +104,28 @@ func copyTree(src, dst string, limit int64, uid, gid int) error {
 	})
 }
 
+// copyFile copies one regular file, its data only (its holes stay holes:
+// the image counts the blocks written), and returns the bytes it wrote;
+// it writes none past budget.
 func copyFile(from, to *os.Root, p string, perm fs.FileMode, budget int64) (int64, error) {
 	in, err := from.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer in.Close()
+	st, err := in.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file", p)
+	}
 	out, err := to.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(out, io.LimitReader(in, budget+1))
+	n, err := sparse.Copy(out, in, st.Size(), budget)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && n > budget {
+	if errors.Is(err, sparse.ErrBudget) {
 		err = fmt.Errorf("more than %d bytes to copy", MaxHandover)
 	}
 	if err != nil {

@@ -21,7 +21,7 @@ func (h HostStore) List(_ context.Context, conv string) ([]runbox.StoredFile, er
 }
 
 func (h HostStore) Open(_ context.Context, conv, name string) (io.ReadSeekCloser, runbox.StoredFile, error) {
-	name, err := CleanName(name)
+	name, err := runbox.CleanFileName(name)
 	if err != nil {
 		return nil, runbox.StoredFile{}, err
 	}

@@ -29,7 +29,7 @@ type PutFile struct {
 // It holds the conversation's lock, as Write does.
 func (f *Folders) Put(cid string, files []PutFile) error {
 	for i, pf := range files {
-		name, err := CleanName(pf.Name)
+		name, err := runbox.CleanFileName(pf.Name)
 		if err != nil {
 			return err
 		}
@@ -61,7 +61,7 @@ func (f *Folders) Put(cid string, files []PutFile) error {
 		}
 	}
 	if need > free {
-		return QuotaError(f.quota)
+		return runbox.FileQuotaError(f.quota)
 	}
 	for _, pf := range files {
 		if err := f.put(root, pf); err != nil {
@@ -89,7 +89,7 @@ func (f *Folders) put(root *os.Root, pf PutFile) error {
 		err = cerr
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return QuotaError(f.quota)
+		return runbox.FileQuotaError(f.quota)
 	}
 	if err != nil {
 		return fmt.Errorf("write file: %w", err)

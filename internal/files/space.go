@@ -46,6 +46,10 @@ type space interface {
 	// conversation keeps beside it (its saved interpreter state), out of
 	// every writer's reach, where the kernel enforces the quota.
 	reserve(filesDir string, bytes int64) error
+	// copySize returns what a copy of a folder measured as m, its holes
+	// kept, takes of a folder of this space as its quota counts it; ok is
+	// false where its entries are more than such a folder may hold.
+	copySize(m measured) (size int64, ok bool)
 	// hard reports whether the kernel enforces the quota.
 	hard() bool
 }
@@ -126,18 +130,40 @@ func (w walkSpace) prepare(_, filesDir string) error {
 // folder has no room left; past w.timeout the walk gives up with
 // ErrUnmeasurable.
 func (w walkSpace) usage(filesDir string) (int64, int64, error) {
+	m, err := measure(filesDir, w.timeout)
+	if err != nil || w.overfull(m) {
+		return m.bytes, 0, err
+	}
+	return m.bytes, max(w.quota-m.bytes, 0), nil
+}
+
+// overfull reports a folder of more entries than one may hold.
+func (w walkSpace) overfull(m measured) bool { return w.files > 0 && m.entries > w.files }
+
+// copySize: a copy counts as its source does.
+func (w walkSpace) copySize(m measured) (int64, bool) { return m.bytes, !w.overfull(m) }
+
+// measured is what a walk of a folder found.
+type measured struct {
+	bytes   int64 // what walk mode counts: entryBytes of every entry
+	blocks  int64 // the bytes of the blocks they take
+	entries int
+}
+
+// measure walks the folder filesDir (a missing one is empty), within
+// timeout (ErrUnmeasurable past it, with what it counted so far).
+func measure(filesDir string, timeout time.Duration) (measured, error) {
+	var m measured
 	root, err := os.OpenRoot(filesDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, w.quota, nil
+		return m, nil
 	}
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	defer root.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var used int64
-	entries := 0
 	err = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
@@ -145,27 +171,37 @@ func (w walkSpace) usage(filesDir string) (int64, int64, error) {
 		if ctx.Err() != nil {
 			return ErrUnmeasurable
 		}
-		entries++
+		m.entries++
 		info, err := d.Info()
 		if err != nil {
 			return nil
 		}
-		// Allocated blocks where known, so that a sparse file counts for
-		// what it takes of the disk.
-		size := info.Size()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			size = max(st.Blocks*512, 0)
-		}
-		used += max(size, minEntryBytes)
+		m.bytes += entryBytes(info)
+		m.blocks += allocated(info)
 		return nil
 	})
-	if err != nil {
-		return used, 0, err
+	return m, err
+}
+
+// entryBytes is what an entry counts for in walk mode: its apparent size
+// or the blocks it takes, whichever is more, and at least minEntryBytes.
+// Its apparent size even where it has holes, which take no block here:
+// every copy that cannot keep them (to a file store, into a pod, in an
+// archive) writes them out whole, and a program makes a file of a
+// terabyte with one truncate. So no copy of a folder within its quota
+// exceeds it, and a fork's check and this measure agree (Fork).
+func entryBytes(info fs.FileInfo) int64 {
+	return max(info.Size(), allocated(info), minEntryBytes)
+}
+
+// allocated returns the bytes of the blocks an entry takes (0 where the
+// file system does not say): what a copy that keeps holes writes of it at
+// most.
+func allocated(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return max(st.Blocks*512, 0)
 	}
-	if w.files > 0 && entries > w.files {
-		return used, 0, nil
-	}
-	return used, max(w.quota-used, 0), nil
+	return 0
 }
 
 func (w walkSpace) release(string) error { return nil }
@@ -181,6 +217,11 @@ type loopSpace struct {
 }
 
 func (l loopSpace) hard() bool { return true }
+
+// copySize: the image counts the blocks written, and a copy that keeps
+// holes writes no more than its source's; its inodes are the image's
+// own bound.
+func (l loopSpace) copySize(m measured) (int64, bool) { return m.blocks, true }
 
 // probe checks that this process can make and mount an image, and hold
 // room in it (reserve: /sys must be writable).

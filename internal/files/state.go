@@ -114,7 +114,7 @@ func (f *Folders) PutState(_ context.Context, cid string, r io.Reader, limit int
 	}
 	n, err := io.Copy(out, io.LimitReader(r, limit+1))
 	if err == nil && n > limit {
-		err = QuotaError(f.quota)
+		err = runbox.FileQuotaError(f.quota)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -133,14 +133,14 @@ func (f *Folders) PutState(_ context.Context, cid string, r io.Reader, limit int
 	return n, nil
 }
 
-// OpenState opens a conversation's saved state; ErrNotFound when none.
+// OpenState opens a conversation's saved state; runbox.ErrFileNotFound when none.
 func (f *Folders) OpenState(_ context.Context, cid string) (io.ReadCloser, error) {
 	if !runbox.ValidConversationKey(cid) {
 		return nil, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	file, err := os.Open(f.statePath(cid))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotFound
+		return nil, runbox.ErrFileNotFound
 	}
 	return file, err
 }

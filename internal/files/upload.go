@@ -7,22 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 
 	"github.com/runbox-dev/runbox"
 )
 
-var fileNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}$`)
-
 // UploadPrefix names files being written; listings skip them.
 const UploadPrefix = ".upload-"
-
-// ValidFileName reports whether name may name an uploaded file: letters,
-// digits, '.', '_' and '-', not starting with a dot, at most 255 bytes. Such
-// a name is one path element and never a hidden or special one.
-func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) }
 
 // Write stores what r yields (at most limit bytes) as a conversation's
 // file. The file appears whole or not at all; without overwrite an
@@ -32,8 +24,8 @@ func ValidFileName(name string) bool { return fileNamePattern.MatchString(name) 
 // to another conversation (Recycle) is taken away under the same lock, so
 // an upload never lands in a folder that has changed hands.
 func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bool) (Entry, error) {
-	if !ValidFileName(name) {
-		return Entry{}, ErrFileName
+	if !runbox.ValidFileName(name) {
+		return Entry{}, runbox.ErrFileName
 	}
 	unlock, err := f.lockValid(cid)
 	if err != nil {
@@ -53,7 +45,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	existing, err := root.Lstat(name)
 	switch {
 	case err == nil && !overwrite:
-		return Entry{}, ExistsError(name)
+		return Entry{}, runbox.FileExistsError(name)
 	case err == nil && !existing.Mode().IsRegular():
 		return Entry{}, runbox.Errorf(runbox.EFileExists, "%s exists and is not a regular file", name)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
@@ -79,13 +71,13 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	}
 	switch {
 	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
-		return Entry{}, QuotaError(f.quota)
+		return Entry{}, runbox.FileQuotaError(f.quota)
 	case err != nil:
 		return Entry{}, fmt.Errorf("write file: %w", err)
 	case n > limit:
-		return Entry{}, TooLargeError(limit)
+		return Entry{}, runbox.FileTooLargeError(limit)
 	case n > free:
-		return Entry{}, QuotaError(f.quota)
+		return Entry{}, runbox.FileQuotaError(f.quota)
 	}
 	_ = root.Lchown(tmp, f.uid, f.gid) // so that programs may change it
 	if overwrite {
@@ -93,7 +85,7 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 	} else {
 		err = root.Link(tmp, name)
 		if errors.Is(err, fs.ErrExist) {
-			return Entry{}, ExistsError(name)
+			return Entry{}, runbox.FileExistsError(name)
 		}
 	}
 	if err != nil {
@@ -104,23 +96,4 @@ func (f *Folders) Write(cid, name string, r io.Reader, limit int64, overwrite bo
 		return Entry{}, fmt.Errorf("store file: %w", err)
 	}
 	return Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()}, nil
-}
-
-// ErrFileName reports an upload's name that ValidFileName refuses.
-var ErrFileName = runbox.Errorf(runbox.EInvalidPath,
-	"file names may hold only letters, digits, '.', '_' and '-', may not start with a dot, and have at most 255 bytes")
-
-// ExistsError reports an upload whose name is taken.
-func ExistsError(name string) error {
-	return runbox.Errorf(runbox.EFileExists, "%s exists; pass overwrite to replace it", name)
-}
-
-// TooLargeError reports an upload over the limit.
-func TooLargeError(limit int64) error {
-	return runbox.Errorf(runbox.ETooLarge, "the file is larger than the limit of %d bytes", limit)
-}
-
-// QuotaError reports an upload that would take a conversation past quota.
-func QuotaError(quota int64) error {
-	return runbox.Errorf(runbox.EQuotaExceeded, "the conversation's files would exceed its quota of %d bytes", quota)
 }

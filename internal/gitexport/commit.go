@@ -16,7 +16,6 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
-	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/gitexport/rules"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/runs"
@@ -388,7 +387,7 @@ func (s *Service) conversationFiles(ctx context.Context, r *repo, conv string, n
 	type entry struct{ name, repoPath string }
 	entries := make([]entry, 0, len(names))
 	for _, n := range names {
-		name, err := files.CleanName(n)
+		name, err := runbox.CleanFileName(n)
 		if err != nil {
 			return nil, runbox.Errorf(runbox.EPathTraversal, "paths must name files under /data")
 		}

@@ -13,17 +13,16 @@ import (
 	"code.gitea.io/sdk/gitea"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 // giteaForge is a repository on Gitea or Forgejo, through the Gitea SDK.
 type giteaForge struct {
-	repo *config.GitRepo
+	repo *Repo
 	git  *gitRemote
 	hc   *http.Client
 }
 
-func newGitea(r *config.GitRepo, hc *http.Client, tempDir string) (*giteaForge, error) {
+func newGitea(r *Repo, hc *http.Client, tempDir string) (*giteaForge, error) {
 	g, err := newGitRemote(r, hc, tempDir)
 	if err != nil {
 		return nil, err

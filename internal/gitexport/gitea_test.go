@@ -20,7 +20,6 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox-dev/runbox/internal/app"
-	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -56,7 +55,7 @@ func startForge(t *testing.T) *forge {
 // redis-server, a host folder for files, GIT_REPOS_FILE), with its log.
 type service struct {
 	url  string
-	cfg  *config.Config
+	cfg  *app.Config
 	logs *syncBuffer
 }
 
@@ -122,7 +121,7 @@ clients: [{name: carol, token: `+carolToken+`, tier: tiny}]
 	for k, v := range env {
 		base[k] = v
 	}
-	cfg, err := config.FromEnv(func(k string) string { return base[k] })
+	cfg, err := app.Load(func(k string) string { return base[k] })
 	if err != nil {
 		return nil, err
 	}
@@ -595,7 +594,7 @@ func TestGitea(t *testing.T) {
 
 	t.Run("the audit log records each call, contents as digests", func(t *testing.T) {
 		var export, errs bytes.Buffer
-		if code := app.RunAudit(context.Background(), svc.cfg, []string{"export"}, &export, &errs); code != 0 {
+		if code := app.RunAudit(context.Background(), svc.cfg.Config, []string{"export"}, &export, &errs); code != 0 {
 			t.Fatalf("export: %d %s", code, errs.String())
 		}
 		type entry struct {
@@ -647,7 +646,7 @@ func TestGitea(t *testing.T) {
 		if !strings.Contains(log, `"tool":"commit_and_push_to_github"`) || !strings.Contains(log, `"path":"docs/q3/report.md"`) {
 			t.Error("the tool calls' paths are not in the log")
 		}
-		if code := app.RunAudit(context.Background(), svc.cfg, []string{"verify"}, io.Discard, &errs); code != 0 {
+		if code := app.RunAudit(context.Background(), svc.cfg.Config, []string{"verify"}, io.Discard, &errs); code != 0 {
 			t.Errorf("the chain does not verify: %s", errs.String())
 		}
 	})

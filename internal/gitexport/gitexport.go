@@ -35,7 +35,6 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/audit"
 	"github.com/runbox-dev/runbox/internal/auth"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 // The gateway's limits.
@@ -65,8 +64,8 @@ type Service struct {
 	owners    Owners
 	files     runbox.FileStore
 	audit     *audit.Recorder
-	author    config.Signature
-	committer config.Signature
+	author    Signature
+	committer Signature
 	clock     clockwork.Clock
 	log       *slog.Logger
 }
@@ -74,7 +73,7 @@ type Service struct {
 // repo is a configured repository and what the last check of its token
 // found.
 type repo struct {
-	cfg   *config.GitRepo
+	cfg   *Repo
 	forge Forge
 	// name is the repository as branch records name it: its address in
 	// lower case, so that two repo_ids of one repository share them.
@@ -98,7 +97,7 @@ type Owners interface {
 
 // Options are what New needs.
 type Options struct {
-	Git *config.Git
+	Git *Git
 	// Owners keep branches to the clients that made them.
 	Owners Owners
 	Files  runbox.FileStore
@@ -139,9 +138,9 @@ func New(o Options) (*Service, error) {
 		var f Forge
 		var err error
 		switch cfg.Forge {
-		case config.ForgeGitHub:
+		case ForgeGitHub:
 			f, err = newGitHub(cfg, hc, tmp)
-		case config.ForgeGitea:
+		case ForgeGitea:
 			f, err = newGitea(cfg, hc, tmp)
 		default:
 			err = fmt.Errorf("repository %s: unknown forge %q", id, cfg.Forge)

@@ -13,19 +13,18 @@ import (
 	"github.com/google/go-github/v84/github"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 // githubForge is a repository on GitHub (or GitHub Enterprise Server),
 // through google/go-github for the REST calls; commits are pushed over
 // git's HTTP protocol like every forge's.
 type githubForge struct {
-	repo   *config.GitRepo
+	repo   *Repo
 	git    *gitRemote
 	client *github.Client
 }
 
-func newGitHub(r *config.GitRepo, hc *http.Client, tempDir string) (*githubForge, error) {
+func newGitHub(r *Repo, hc *http.Client, tempDir string) (*githubForge, error) {
 	g, err := newGitRemote(r, hc, tempDir)
 	if err != nil {
 		return nil, err

@@ -17,7 +17,6 @@ import (
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
-	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/gitexport"
 	"github.com/runbox-dev/runbox/internal/mcp"
 	"github.com/runbox-dev/runbox/internal/store"
@@ -173,11 +172,11 @@ func TestGitHub(t *testing.T) {
 	owners := store.New(store.NewConn(testenv.Client(t, redisURL)))
 	newService := func(token string) *gitexport.Service {
 		t.Helper()
-		svc, err := gitexport.New(gitexport.Options{Owners: owners, Git: &config.Git{
-			Author: config.DefaultSignature, Committer: config.DefaultSignature,
-			Repos: map[string]*config.GitRepo{"reports": {
-				ID: "reports", Forge: config.ForgeGitHub, URL: forge.RepoURL("owner", "reports"), Owner: "owner", Name: "reports",
-				APIURL: gh.URL + "/", Token: config.Secret(token), AllowedBranches: []string{"runbox/*"},
+		svc, err := gitexport.New(gitexport.Options{Owners: owners, Git: &gitexport.Git{
+			Author: gitexport.DefaultSignature, Committer: gitexport.DefaultSignature,
+			Repos: map[string]*gitexport.Repo{"reports": {
+				ID: "reports", Forge: gitexport.ForgeGitHub, URL: forge.RepoURL("owner", "reports"), Owner: "owner", Name: "reports",
+				APIURL: gh.URL + "/", Token: gitexport.Secret(token), AllowedBranches: []string{"runbox/*"},
 				BaseBranch: "main", Clients: []string{"alice"},
 			}},
 		}})

@@ -28,7 +28,6 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/config"
 )
 
 // A commit goes to a forge the way git pushes, over the smart HTTP
@@ -68,7 +67,7 @@ func (g *gitRemote) session() *transport.Endpoint {
 // will do, and Gitea takes the token from the password.
 const gitUser = "x-access-token"
 
-func newGitRemote(r *config.GitRepo, hc *http.Client, tempDir string) (*gitRemote, error) {
+func newGitRemote(r *Repo, hc *http.Client, tempDir string) (*gitRemote, error) {
 	ep, err := transport.NewEndpoint(r.URL)
 	if err != nil {
 		return nil, fmt.Errorf("repository %s: %w", r.ID, err)
@@ -93,7 +92,7 @@ type Commit struct {
 	Branch, Base      string
 	Files             []File
 	Message           string
-	Author, Committer config.Signature
+	Author, Committer Signature
 	When              time.Time
 	// Owner, when set, is the client Branch must belong to if it exists:
 	// its tip must be a commit runbox made for Owner (its trailers), or

@@ -65,6 +65,8 @@ type Link interface {
 	Probe(ctx context.Context, executor, conv string, port int) ([]string, error)
 	// Dial opens a stream to port in the conversation's sandboxes on
 	// executor, provided one of sandboxes still lives (else ErrGone).
+	// The api's end of the stream, a close or a half-close, ends it
+	// whole: the agent closes its connection to the port.
 	Dial(ctx context.Context, executor, conv string, port int, sandboxes []string) (net.Conn, error)
 	// WriteFiles writes files into the conversation's folder on executor.
 	WriteFiles(ctx context.Context, executor, conv string, files []File) error

@@ -21,7 +21,6 @@ import (
 	"github.com/runbox-dev/runbox/internal/auth"
 	"github.com/runbox-dev/runbox/internal/clients"
 	"github.com/runbox-dev/runbox/internal/commands"
-	"github.com/runbox-dev/runbox/internal/config"
 	"github.com/runbox-dev/runbox/internal/conversations"
 	"github.com/runbox-dev/runbox/internal/files"
 	"github.com/runbox-dev/runbox/internal/gitexport"
@@ -232,8 +231,8 @@ func newAllFamilies(t *testing.T, egress bool) *allFamilies {
 	preview.Register(srv, previews)
 	projects.Register(srv, projects.New(projects.Options{Runs: svc, Store: st, Link: notListening{}, Previews: previews,
 		Redactor: projects.NewRedactor(), TTL: time.Hour, Logger: log}), map[string]func(context.Context) error{})
-	git, err := gitexport.New(gitexport.Options{Git: &config.Git{Repos: map[string]*config.GitRepo{"reports": {
-		ID: "reports", Forge: config.ForgeGitea, URL: "http://127.0.0.1:9/acme/reports.git", Owner: "acme", Name: "reports",
+	git, err := gitexport.New(gitexport.Options{Git: &gitexport.Git{Repos: map[string]*gitexport.Repo{"reports": {
+		ID: "reports", Forge: gitexport.ForgeGitea, URL: "http://127.0.0.1:9/acme/reports.git", Owner: "acme", Name: "reports",
 		APIURL: "http://127.0.0.1:9/", Token: "token", AllowedBranches: []string{"agent/*"}, BaseBranch: "main",
 		Clients: []string{runbox.DefaultClient},
 	}}}, Owners: st, Files: fileStore, TempDir: t.TempDir(), Log: log})

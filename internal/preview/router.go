@@ -152,7 +152,10 @@ func (r *Router) sweep(now time.Time, stopping bool) {
 // requests to one preview URL share them, and no two URLs do.
 func poolHost(id string) string { return id + ".preview.invalid" }
 
-type targetKey struct{}
+type (
+	targetKey  struct{}
+	browserKey struct{}
+)
 
 // Serve serves a request to the preview whose capability is label
 // (Domain.Match of its Host).
@@ -181,6 +184,9 @@ func (r *Router) Serve(w http.ResponseWriter, req *http.Request, label string) {
 		page(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", r.limits.MaxRequest))
 		return
 	}
+	ctx := context.WithValue(req.Context(), targetKey{}, rt)
+	rc := http.NewResponseController(w)
+	pw := &previewWriter{ResponseWriter: w, rc: rc, stall: r.limits.WriteStall}
 	// A request to upgrade holds a place among the open streams from now
 	// until its stream ends (the proxy serves a stream to its end) or it
 	// is answered without one.
@@ -194,16 +200,16 @@ func (r *Router) Serve(w http.ResponseWriter, req *http.Request, label string) {
 			return
 		}
 		defer release()
+		pw.browser = &browserConn{}
+		ctx = context.WithValue(ctx, browserKey{}, pw.browser)
 	}
-	rc := http.NewResponseController(w)
 	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
 		// Nothing to read: the response may stream as long as it lasts.
 		_ = rc.SetReadDeadline(time.Time{})
 	} else {
 		req.Body = &bodyDone{ReadCloser: http.MaxBytesReader(w, req.Body, r.limits.MaxRequest), done: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 	}
-	ctx := context.WithValue(req.Context(), targetKey{}, rt)
-	r.proxy.ServeHTTP(&previewWriter{ResponseWriter: w, rc: rc, stall: r.limits.WriteStall, r: r, rt: rt}, req.WithContext(ctx))
+	r.proxy.ServeHTTP(pw, req.WithContext(ctx))
 }
 
 // route returns what the router keeps for t, made on first use; false
@@ -336,7 +342,8 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 		if !ok {
 			return errors.New("preview: an upgraded response without a stream")
 		}
-		s := &stream{rw: back, max: r.limits.MaxResponse}
+		browser, _ := resp.Request.Context().Value(browserKey{}).(*browserConn)
+		s := &stream{rw: back, browser: browser, max: r.limits.MaxResponse}
 		if !r.track(rt, s, true) {
 			return errors.New("preview: expired")
 		}
@@ -410,8 +417,8 @@ type previewWriter struct {
 	http.ResponseWriter
 	rc    *http.ResponseController
 	stall time.Duration
-	r     *Router
-	rt    *routed
+	// browser keeps the connection of a request to upgrade, once taken.
+	browser *browserConn
 }
 
 func (w *previewWriter) Write(p []byte) (int, error) {
@@ -430,14 +437,51 @@ func (w *previewWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
+	if w.browser != nil {
+		w.browser.take(c)
+	}
 	return c, brw, nil
+}
+
+// browserConn is the browser's connection of an upgraded stream, for the
+// stream to close when it ends. The proxy ends a stream once either side
+// fails, but only once both sides have ended when they end cleanly; and
+// closing the sandbox's side may end it cleanly one way only (a yamux
+// stream's close is a half-close), so the proxy would wait on a browser
+// that sends nothing — the stream held open, and its place too.
+type browserConn struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	closed bool
+}
+
+// take keeps c, or closes it if the stream ended already.
+func (b *browserConn) take(c net.Conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		c.Close()
+		return
+	}
+	b.conn = c
+}
+
+func (b *browserConn) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.conn != nil {
+		b.conn.Close()
+	}
 }
 
 // stream is an upgraded connection to the sandbox, bounded in bytes each
 // way and in the time it may carry nothing. Both directions pass
 // through it (Read from the sandbox, Write to it), so either is activity.
+// Its end closes the browser's connection too.
 type stream struct {
 	rw      io.ReadWriteCloser
+	browser *browserConn // nil for an answer to a request that asked no upgrade (the proxy refuses it)
 	max     int64
 	mu      sync.Mutex
 	in, out int64
@@ -513,6 +557,9 @@ func (s *stream) Close() error {
 		}
 		if s.untrack != nil {
 			s.untrack()
+		}
+		if s.browser != nil {
+			s.browser.Close()
 		}
 	})
 	return s.rw.Close()

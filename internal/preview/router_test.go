@@ -30,6 +30,11 @@ type sandboxes struct {
 	mu    sync.Mutex
 	live  map[string][]string       // conversation → sandbox ids
 	ports map[string]map[int]string // conversation → port → address
+	// halfClose makes the connections' Close end only what they send, as
+	// a yamux stream's does (link.Local, an executor in the api's process);
+	// dialled keeps them, to close at the end of the test.
+	halfClose bool
+	dialled   []net.Conn
 }
 
 func (s *sandboxes) Sandboxes(conv string) []string {
@@ -47,22 +52,44 @@ func (s *sandboxes) set(conv string, ids ...string) {
 func (s *sandboxes) DialPort(ctx context.Context, conv string, port int) (net.Conn, error) {
 	s.mu.Lock()
 	addr, ok := s.ports[conv][port]
+	half := s.halfClose
 	s.mu.Unlock()
 	if !ok {
 		return nil, link.ErrNotListening
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || !half {
+		return c, err
+	}
+	s.mu.Lock()
+	s.dialled = append(s.dialled, c)
+	s.mu.Unlock()
+	return halfClosing{c.(*net.TCPConn)}, nil
 }
+
+func (s *sandboxes) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.dialled {
+		c.Close()
+	}
+}
+
+// halfClosing is a connection whose Close ends only what it sends.
+type halfClosing struct{ *net.TCPConn }
+
+func (c halfClosing) Close() error { return c.CloseWrite() }
 
 func (s *sandboxes) WriteFiles(context.Context, string, []link.File) error { return nil }
 func (s *sandboxes) Output(string) (link.Output, bool)                     { return link.Output{}, false }
 
 // probe lets a test see what the app's WebSockets receive (sink) and
-// make one send (push).
+// make one send (push); done ends the deaf ones.
 type probe struct {
 	got  chan string
 	push chan string
+	done chan struct{}
 }
 
 // app is the server "in the sandbox".
@@ -99,6 +126,8 @@ func app(p *probe) http.Handler {
 		fmt.Fprint(w, n)
 	})
 	mux.Handle("/ws", websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }))
+	// Never reads, so never sees an end: as a server that only pushes.
+	mux.Handle("/deaf", websocket.Handler(func(*websocket.Conn) { <-p.done }))
 	return mux
 }
 
@@ -122,11 +151,13 @@ func newFixture(t *testing.T, limits Limits) *fixture {
 	if err := st.Heartbeat(ctx, runbox.ExecutorInfo{ID: "ex1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{clock: clockwork.NewFakeClockAt(time.Now()), probe: &probe{got: make(chan string, 16), push: make(chan string)}}
+	f := &fixture{clock: clockwork.NewFakeClockAt(time.Now()), probe: &probe{got: make(chan string, 16), push: make(chan string), done: make(chan struct{})}}
 	f.backend = httptest.NewServer(app(f.probe))
 	t.Cleanup(f.backend.Close)
+	t.Cleanup(func() { close(f.probe.done) })
 	f.sb = &sandboxes{live: map[string][]string{"c1": {"sb1"}, "c3": {"sb3"}, "~other~c1": {"sb9"}},
 		ports: map[string]map[int]string{"c1": {8000: f.backend.Listener.Addr().String()}, "c3": {8000: f.backend.Listener.Addr().String()}}}
+	t.Cleanup(f.sb.closeAll)
 	f.domain, _ = ParseDomain("localhost:8080", "http")
 	l := link.Local{ID: "ex1", Backend: f.sb}
 	f.svc = NewService(Options{Key: Key([]byte("the deployment's shared secret")), Domain: f.domain, TTL: time.Hour,
@@ -445,18 +476,42 @@ func (f *fixture) upgrade(t *testing.T, previewURL, path string) (int, *websocke
 }
 
 // TestRouterStreamIdle: an upgraded stream that carries no byte either
-// way for PREVIEW_WS_IDLE ends; bytes one way only keep one alive, in
-// either direction.
+// way for PREVIEW_WS_IDLE ends, at the browser too, whatever the server
+// does and however the sandbox's side closes; bytes one way only keep
+// one alive, in either direction.
 func TestRouterStreamIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		halfClose bool
+	}{
+		{"the sandbox's side closes (a link through an executor elsewhere)", false},
+		{"the sandbox's side half-closes (a yamux stream, an executor in this process)", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRouterStreamIdle(t, tc.halfClose) })
+	}
+}
+
+// openStreams counts the upgraded streams the router holds places for.
+func (r *Router) openStreams() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.streams
+}
+
+func testRouterStreamIdle(t *testing.T, halfClose bool) {
 	const idle = time.Minute
 	f := newFixture(t, Limits{MaxRequest: 1 << 10, MaxResponse: 1 << 20, Rate: 100, WriteStall: 10 * time.Second, StreamIdle: idle})
+	f.sb.halfClose = halfClose
 	u, err := f.svc.Issue(context.Background(), "c1", 8000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, sink := f.upgrade(t, u.URL, "sink")
 	_, push := f.upgrade(t, u.URL, "push")
+	// Quiet: a server that echoes (and so sees the end), and one that
+	// never reads.
 	_, quiet := f.upgrade(t, u.URL, "ws")
+	_, deaf := f.upgrade(t, u.URL, "deaf")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Each stream's idle timer, and the router's sweep.
@@ -466,7 +521,7 @@ func TestRouterStreamIdle(t *testing.T) {
 			t.Fatalf("waiting for %d timers: %v", n, err)
 		}
 	}
-	waiters(4)
+	waiters(5)
 	traffic := func() {
 		t.Helper()
 		if err := websocket.Message.Send(sink, "up"); err != nil {
@@ -503,6 +558,16 @@ func TestRouterStreamIdle(t *testing.T) {
 	}
 	if !closed(quiet) {
 		t.Error("a stream idle both ways lived on")
+	}
+	if !closed(deaf) {
+		t.Error("a stream idle both ways to a server that never reads lived on")
+	}
+	// Their places came back: the proxy let them go.
+	for open := f.router.openStreams(); open != 2; open = f.router.openStreams() {
+		if ctx.Err() != nil {
+			t.Fatalf("%d streams held, want 2", open)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	traffic() // the others still carry
 	f.clock.Advance(idle + time.Second)

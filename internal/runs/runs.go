@@ -261,47 +261,15 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Submit checks spec, records the run as queued and enqueues it, or lets
-// it wait behind the runs of its conversation. A non-empty idempotency key
-// that the client used before returns that run instead.
+// Submit checks spec (admit), records the run as queued and enqueues it,
+// or lets it wait behind the runs of its conversation. A non-empty
+// idempotency key that the client used before returns that run instead.
 func (s *Service) Submit(ctx context.Context, spec runbox.Spec, idempotencyKey string) (runbox.Run, error) {
-	if err := tierTimeout(ctx, &spec); err != nil {
-		return runbox.Run{}, err
-	}
-	spec, err := s.normalize(spec)
+	a, err := s.admit(ctx, spec, idempotencyKey)
 	if err != nil {
 		return runbox.Run{}, err
 	}
-	if err := s.AdmitEgress(ctx, &spec); err != nil {
-		return runbox.Run{}, err
-	}
-	if err := s.AdmitSecrets(ctx, &spec); err != nil {
-		return runbox.Run{}, err
-	}
-	if spec.ConversationID, err = ConversationKey(ctx, spec.ConversationID); err != nil {
-		return runbox.Run{}, err
-	}
-	if err := s.admitRun(ctx, &spec); err != nil {
-		s.limited(ctx, err)
-		return runbox.Run{}, err
-	}
-	if err := s.admitSandbox(ctx, spec.ConversationID); err != nil {
-		return runbox.Run{}, err
-	}
-	if len(idempotencyKey) > 200 {
-		return runbox.Run{}, runbox.Errorf(runbox.EInvalid, "idempotency_key is longer than 200 bytes")
-	}
-	if spec.Language, err = s.checkLanguage(ctx, spec.Language); err != nil {
-		return runbox.Run{}, err
-	}
-	cb, err := s.callback(ctx, spec.CallbackURL, true)
-	if err != nil {
-		return runbox.Run{}, err
-	}
-	if err := s.admitWebhooks(ctx, webhooksOf(cb)); err != nil {
-		return runbox.Run{}, err
-	}
-	return s.enqueue(ctx, spec, idempotencyKey, cb)
+	return s.enqueue(ctx, a.spec, idempotencyKey, a.callback)
 }
 
 // callback checks where a run's webhooks go: url, or with url empty and

@@ -29,8 +29,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/config"
-	"github.com/runbox-dev/runbox/internal/files"
 )
 
 // maxSpooling bounds the uploads spooled to the local disk at once, and so
@@ -48,9 +46,21 @@ type Store struct {
 
 var _ runbox.FileStore = (*Store)(nil)
 
+// Options say where the bucket is and who opens it.
+type Options struct {
+	Bucket string
+	Prefix string // "" or ending in '/'
+	// Endpoint is the S3 server's http(s) URL; empty: AWS.
+	Endpoint string
+	Region   string
+	// AccessKey, SecretKey and SessionToken are the credentials; without
+	// them the shared credentials file and the instance role are tried.
+	AccessKey, SecretKey, SessionToken string
+}
+
 // Open connects to the bucket cfg names, making it if it does not exist,
 // and holds each conversation to quota bytes.
-func Open(ctx context.Context, cfg *config.S3, quota int64) (*Store, error) {
+func Open(ctx context.Context, cfg *Options, quota int64) (*Store, error) {
 	endpoint, secure := "s3.amazonaws.com", true
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
@@ -109,7 +119,7 @@ func (s *Store) key(conv, name string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	name, err = files.CleanName(name)
+	name, err = runbox.CleanFileName(name)
 	if err != nil {
 		return "", "", err
 	}
@@ -138,12 +148,12 @@ func (s *Store) List(ctx context.Context, conv string) ([]runbox.StoredFile, err
 	}
 	var out []runbox.StoredFile
 	err = s.list(ctx, prefix, func(obj minio.ObjectInfo) bool {
-		name, err := files.CleanName(strings.TrimPrefix(obj.Key, prefix))
-		if err != nil || name != strings.TrimPrefix(obj.Key, prefix) || strings.Count(name, "/") > files.MaxDepth {
+		name, err := runbox.CleanFileName(strings.TrimPrefix(obj.Key, prefix))
+		if err != nil || name != strings.TrimPrefix(obj.Key, prefix) || strings.Count(name, "/") > runbox.MaxListDepth {
 			return true // not a name a run could have written: never served
 		}
 		out = append(out, stored(name, obj))
-		return len(out) < files.MaxEntries
+		return len(out) < runbox.MaxListEntries
 	})
 	if err != nil {
 		return nil, err
@@ -169,7 +179,7 @@ func (s *Store) Open(ctx context.Context, conv, name string) (io.ReadSeekCloser,
 	if err != nil {
 		obj.Close()
 		if isNotFound(err) {
-			return nil, runbox.StoredFile{}, files.ErrNotFound
+			return nil, runbox.StoredFile{}, runbox.ErrFileNotFound
 		}
 		return nil, runbox.StoredFile{}, fmt.Errorf("open file: %w", err)
 	}
@@ -185,8 +195,8 @@ func isNotFound(err error) bool {
 // known before anything reaches the bucket, and a file over the limit or
 // the quota leaves no object behind.
 func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit int64, overwrite bool) (runbox.StoredFile, error) {
-	if !files.ValidFileName(name) {
-		return runbox.StoredFile{}, files.ErrFileName
+	if !runbox.ValidFileName(name) {
+		return runbox.StoredFile{}, runbox.ErrFileName
 	}
 	key, name, err := s.key(conv, name)
 	if err != nil {
@@ -196,7 +206,7 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	info, err := s.mc.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	switch {
 	case err == nil && !overwrite:
-		return runbox.StoredFile{}, files.ExistsError(name)
+		return runbox.StoredFile{}, runbox.FileExistsError(name)
 	case err == nil:
 		existing = info.Size
 	case !isNotFound(err):
@@ -223,9 +233,9 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	case err != nil:
 		return runbox.StoredFile{}, fmt.Errorf("read upload: %w", err)
 	case n > limit:
-		return runbox.StoredFile{}, files.TooLargeError(limit)
+		return runbox.StoredFile{}, runbox.FileTooLargeError(limit)
 	case n > free:
-		return runbox.StoredFile{}, files.QuotaError(s.quota)
+		return runbox.StoredFile{}, runbox.FileQuotaError(s.quota)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return runbox.StoredFile{}, fmt.Errorf("spool upload: %w", err)
@@ -238,7 +248,7 @@ func (s *Store) Write(ctx context.Context, conv, name string, r io.Reader, limit
 	up, err := s.mc.PutObject(ctx, s.bucket, key, tmp, n, opts)
 	if err != nil {
 		if code := minio.ToErrorResponse(err).Code; code == "PreconditionFailed" {
-			return runbox.StoredFile{}, files.ExistsError(name)
+			return runbox.StoredFile{}, runbox.FileExistsError(name)
 		}
 		return runbox.StoredFile{}, fmt.Errorf("store file: %w", err)
 	}
@@ -352,7 +362,9 @@ const maxCopying = 8
 
 // Fork copies every object of src to dst with server-side copies: no byte
 // passes through the service. Objects whose keys are not names a run could
-// have written are left out, as List leaves them. Installed packages stay
+// have written are left out, as List leaves them. A source that takes more
+// than the quota is refused (EQuotaExceeded) before anything is copied.
+// Installed packages stay
 // in executors' working copies and are not in the bucket: the fork has
 // none (Forked.Packages is false). S3 has no rename: a fork that fails
 // removes what it copied.
@@ -366,16 +378,19 @@ func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error
 		return runbox.Forked{}, runbox.Errorf(runbox.EInvalid, "invalid conversationId")
 	}
 	if exists, err := s.Exists(ctx, dst); err != nil || exists {
-		return runbox.Forked{}, cmp.Or(err, error(files.ErrForkExists))
+		return runbox.Forked{}, cmp.Or(err, error(runbox.ErrForkExists))
 	}
 	var objs []minio.ObjectInfo
 	err = s.list(ctx, from, func(obj minio.ObjectInfo) bool {
-		if name, err := files.CleanName(strings.TrimPrefix(obj.Key, from)); err == nil && from+name == obj.Key {
+		if name, err := runbox.CleanFileName(strings.TrimPrefix(obj.Key, from)); err == nil && from+name == obj.Key {
 			objs = append(objs, obj)
 		}
 		return true
 	})
 	if err != nil {
+		return runbox.Forked{}, err
+	}
+	if err := s.fits(ctx, src, objs); err != nil {
 		return runbox.Forked{}, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -403,6 +418,24 @@ func (s *Store) Fork(ctx context.Context, src, dst string) (runbox.Forked, error
 		done.Bytes += obj.Size
 	}
 	return done, nil
+}
+
+// fits checks, before anything is copied, that a fork of conversation
+// src's objects and saved state fits a conversation's quota: the fork
+// would hold them all, counted as every object is, whole.
+func (s *Store) fits(ctx context.Context, src string, objs []minio.ObjectInfo) error {
+	size, err := s.StateSize(ctx, src)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		size += obj.Size
+	}
+	if size > s.quota {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files take %d bytes, more than a conversation's quota of %d bytes", size, s.quota)
+	}
+	return nil
 }
 
 // Archive keeps the audit log's segments (audit.Archive) in the bucket,
@@ -485,7 +518,7 @@ func (s *Store) PutState(ctx context.Context, conv string, r io.Reader, limit in
 	lr := &limitedReader{r: r, left: limit}
 	up, err := s.mc.PutObject(ctx, s.bucket, key, lr, -1, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	if lr.over {
-		return 0, files.QuotaError(s.quota)
+		return 0, runbox.FileQuotaError(s.quota)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("store state: %w", err)
@@ -511,7 +544,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// OpenState opens the conversation's saved state; files.ErrNotFound when
+// OpenState opens the conversation's saved state; runbox.ErrFileNotFound when
 // none.
 func (s *Store) OpenState(ctx context.Context, conv string) (io.ReadCloser, error) {
 	key, err := s.stateKey(conv)
@@ -527,7 +560,7 @@ func (s *Store) OpenState(ctx context.Context, conv string) (io.ReadCloser, erro
 			obj.Close()
 		}
 		if isNotFound(err) {
-			return nil, files.ErrNotFound
+			return nil, runbox.ErrFileNotFound
 		}
 		return nil, fmt.Errorf("open state: %w", err)
 	}

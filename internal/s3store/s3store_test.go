@@ -1,6 +1,7 @@
-package s3store
+package s3store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,18 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/s3store"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
-func open(t *testing.T, quota int64) *Store {
+func open(t *testing.T, quota int64) *s3store.Store {
 	t.Helper()
 	cfg := testenv.S3(t, "runbox-files")
 	cfg.Prefix = "test/"
-	s, err := Open(context.Background(), cfg, quota)
+	s, err := s3store.Open(context.Background(), cfg, quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestForeignKeys(t *testing.T) {
 	s := open(t, 1<<20)
 	for _, key := range []string{"test/default/c/ok.txt", "test/default/c/back\\slash",
 		"test/default/c/" + strings.Repeat("d/", 10) + "deep"} {
-		if _, err := s.mc.PutObject(ctx, s.bucket, key, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+		if err := s.PutForeign(ctx, key); err != nil {
 			t.Fatalf("put %s: %v", key, err)
 		}
 	}
@@ -139,11 +138,11 @@ func TestForeignKeys(t *testing.T) {
 func TestOpenRefusesBadEndpoint(t *testing.T) {
 	cfg := testenv.S3(t, "runbox-files")
 	cfg.Endpoint = "ftp://x"
-	if _, err := Open(context.Background(), cfg, 1); err == nil {
+	if _, err := s3store.Open(context.Background(), cfg, 1); err == nil {
 		t.Error("ftp endpoint accepted")
 	}
 	cfg.Endpoint, cfg.SecretKey = testenv.S3(t, "runbox-files").Endpoint, "wrong"
-	_, err := Open(context.Background(), cfg, 1)
+	_, err := s3store.Open(context.Background(), cfg, 1)
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("wrong secret: %v", err)
 	}
@@ -183,7 +182,7 @@ type gate chan struct{}
 
 func (g gate) Read([]byte) (int, error) { <-g; return 0, io.EOF }
 
-// TestSpoolingBounded: uploads spool to the local disk at most maxSpooling
+// TestSpoolingBounded: uploads spool to the local disk at most s3store.MaxSpooling
 // at once, so slow clients cannot fill it; the others wait their turn.
 func TestSpoolingBounded(t *testing.T) {
 	tmp := t.TempDir()
@@ -191,8 +190,8 @@ func TestSpoolingBounded(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, 1<<20)
 	g := make(gate)
-	errs := make(chan error, maxSpooling+4)
-	for i := range maxSpooling + 4 {
+	errs := make(chan error, s3store.MaxSpooling+4)
+	for i := range s3store.MaxSpooling + 4 {
 		go func() {
 			_, err := s.Write(ctx, "c", fmt.Sprintf("f%d", i), g, 100, false)
 			errs <- err
@@ -200,15 +199,15 @@ func TestSpoolingBounded(t *testing.T) {
 	}
 	spooled := func() int { e, _ := os.ReadDir(tmp); return len(e) }
 	deadline := time.Now().Add(10 * time.Second)
-	for spooled() < maxSpooling && time.Now().Before(deadline) {
+	for spooled() < s3store.MaxSpooling && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // room for a wrong ninth
-	if n := spooled(); n != maxSpooling {
-		t.Errorf("%d uploads spooled at once, want %d", n, maxSpooling)
+	if n := spooled(); n != s3store.MaxSpooling {
+		t.Errorf("%d uploads spooled at once, want %d", n, s3store.MaxSpooling)
 	}
 	close(g)
-	for range maxSpooling + 4 {
+	for range s3store.MaxSpooling + 4 {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
@@ -231,7 +230,7 @@ func TestFork(t *testing.T) {
 		}
 	}
 	// A key no run could have written is not copied.
-	if _, err := s.mc.PutObject(ctx, s.bucket, "test/alice/src/back\\slash", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+	if err := s.PutForeign(ctx, "test/alice/src/back\\slash"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Fork(ctx, src, dst)
@@ -331,10 +330,30 @@ func TestState(t *testing.T) {
 	if err := s.Remove(ctx, conv); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenState(ctx, conv); !errors.Is(err, files.ErrNotFound) {
+	if _, err := s.OpenState(ctx, conv); !errors.Is(err, runbox.ErrFileNotFound) {
 		t.Errorf("state after the conversation's removal: %v", err)
 	}
 	if used, err := s.ClientUsage(ctx, "alice"); err != nil || used != 0 {
 		t.Errorf("alice uses %d, %v", used, err)
+	}
+}
+
+// TestForkPastTheQuota: a source that takes more than a conversation's
+// quota (objects count whole: S3 has no holes) is refused before anything
+// is copied.
+func TestForkPastTheQuota(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, 1<<20)
+	const src, dst = "~alice~big", "~alice~bigfork"
+	for _, n := range []string{"a.bin", "b.bin"} {
+		if _, err := s.Put(ctx, src, n, bytes.NewReader(make([]byte, 600<<10)), 600<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Fork(ctx, src, dst); runbox.ErrorCode(err) != runbox.EQuotaExceeded {
+		t.Fatalf("fork of 1.2 MiB into 1 MiB: %+v, %v", got, err)
+	}
+	if ok, err := s.Exists(ctx, dst); err != nil || ok {
+		t.Errorf("a refused fork copied objects: %v, %v", ok, err)
 	}
 }

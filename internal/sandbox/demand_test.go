@@ -104,7 +104,7 @@ func TestAdoptWaitsForAStart(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			m.mu.Lock()
-			w := m.waiting["python"]
+			w := m.policy.waiting["python"]
 			m.mu.Unlock()
 			if w == n {
 				return
@@ -116,7 +116,7 @@ func TestAdoptWaitsForAStart(t *testing.T) {
 	}
 	setStarting := func(n int) {
 		m.mu.Lock()
-		m.starting["python"] = n
+		m.policy.starting["python"] = n
 		m.poolChangedLocked()
 		m.mu.Unlock()
 	}

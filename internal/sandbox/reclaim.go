@@ -16,7 +16,7 @@ import "time"
 //     and waits for it rather than for a start (nextPooled) — unless a
 //     start is on its way and the pool is not pressed;
 //   - while the pool is pressed — a second new conversation found it empty
-//     within pressWindow of the first (pressedLocked) — the pool filler
+//     within pressWindow of the first (pressedNow) — the pool filler
 //     refills it by reclaiming (Reclaim) and starts no container unless a new
 //     conversation waited in vain meanwhile (StartsHeld), and the pool is
 //     sized for refills that take a reset's time, not a start's
@@ -49,16 +49,14 @@ const reclaimSpare = time.Minute
 // pool.
 func (m *Manager) Reclaim(language string, n int) int {
 	m.mu.Lock()
-	coming := min(m.recycling[language], max(n, 0))
+	coming, more := m.policy.refill(language, n, m.clock.Now())
 	var gone []*sandbox
-	if m.pressedLocked(language) {
-		for coming+len(gone) < n {
-			sb := m.reclaimLocked(language)
-			if sb == nil {
-				break
-			}
-			gone = append(gone, sb)
+	for len(gone) < more {
+		sb := m.reclaimLocked(language)
+		if sb == nil {
+			break
 		}
+		gone = append(gone, sb)
 	}
 	m.mu.Unlock()
 	for _, sb := range gone {
@@ -68,43 +66,34 @@ func (m *Manager) Reclaim(language string, n int) int {
 }
 
 // reclaimLocked takes the longest-idle reclaimable warm sandbox of
-// language from its conversation and counts it as recycling; nil if there
-// is none. The caller holds m.mu and starts its recycle (startReclaimed)
-// once it has let go.
+// language (the policy's reclaim picks it) from its conversation and
+// counts it as recycling; nil if there is none. The caller holds m.mu and
+// starts its recycle (startReclaimed) once it has let go.
 func (m *Manager) reclaimLocked(language string) *sandbox {
-	if m.opts.Recycle == nil || m.closed {
+	if m.closed {
 		return nil
-	}
-	now := m.clock.Now()
-	for conv, at := range m.reclaimed {
-		if now.Sub(at) >= reclaimSpare {
-			delete(m.reclaimed, conv)
-		}
 	}
 	perConv := map[string]int{}
 	for k := range m.warm {
 		perConv[k.conversation]++
 	}
-	var oldest *sandbox
+	var sbs []*sandbox
+	var candidates []reclaimable
 	for k, sb := range m.warm {
-		if k.language != language || sb.adopted || sb.keeps || sb.keptGen != 0 || m.held[k.conversation] > 0 ||
-			perConv[k.conversation] > 1 {
+		if k.language != language {
 			continue
 		}
-		if _, spared := m.reclaimed[k.conversation]; spared {
-			continue
-		}
-		if oldest == nil || sb.idleFrom.Before(oldest.idleFrom) {
-			oldest = sb
-		}
+		sbs = append(sbs, sb)
+		candidates = append(candidates, reclaimable{conversation: k.conversation, since: sb.idleFrom, adopted: sb.adopted,
+			kept: sb.keeps || sb.keptGen != 0, held: m.held[k.conversation] > 0, shared: perConv[k.conversation] > 1})
 	}
-	if oldest == nil {
+	i := m.policy.reclaim(candidates, m.clock.Now())
+	if i < 0 {
 		return nil
 	}
-	delete(m.warm, oldest.key)
-	m.reclaimed[oldest.key.conversation] = now
-	m.recycling[language]++
-	return oldest
+	delete(m.warm, sbs[i].key)
+	m.policy.recycleBegan(language)
+	return sbs[i]
 }
 
 // startReclaimed recycles a reclaimed sandbox in the background.
@@ -129,28 +118,21 @@ func (m *Manager) startReclaimed(sb *sandbox) {
 func (m *Manager) StartsHeld(language string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	starved, ok := m.starved[language]
-	return m.pressedLocked(language) && (!ok || m.clock.Since(starved) >= pressWindow)
+	return m.policy.startsHeld(language, m.clock.Now())
 }
 
 // pressedNow says whether new conversations found language's pool empty
-// within the last pressWindow (pressedLocked), and idle sandboxes may be
-// reclaimed: the pool is refilled by recycling then, not by starts.
-func (m *Manager) pressedNow(language string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.pressedLocked(language)
-}
-
-// pressedLocked is pressedNow's answer; the caller holds m.mu. The pool
-// is pressed when two new conversations found it empty on arrival within
+// within the last pressWindow, and idle sandboxes may be reclaimed: the
+// pool is refilled by recycling then, not by starts. The pool is pressed
+// when two new conversations found it empty on arrival within
 // pressWindow, not one: one alone is what a refill under way leaves (the
-// pool's starts at an executor's start, or the start after a take), and
-// a press costs the conversations idle here their sandboxes (the filler
+// pool's starts at an executor's start, or the start after a take), and a
+// press costs the conversations idle here their sandboxes (the filler
 // reclaims them) and stops the pool's starts (StartsHeld). So a lone new
 // conversation waits for the start under way, or starts its own, as it
 // would without recycling; a burst presses at its second.
-func (m *Manager) pressedLocked(language string) bool {
-	earlier := m.pressed[language][0]
-	return !earlier.IsZero() && m.opts.Recycle != nil && m.clock.Since(earlier) < pressWindow
+func (m *Manager) pressedNow(language string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.policy.pressed(language, m.clock.Now())
 }

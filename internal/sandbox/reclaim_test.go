@@ -234,7 +234,7 @@ func TestLoneArrival(t *testing.T) {
 		done: make(chan struct{})}
 	m.mu.Lock()
 	m.warm[idle.key] = idle
-	m.starting["python"] = 1 // the pool's start under way
+	m.policy.starting["python"] = 1 // the pool's start under way
 	m.mu.Unlock()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -244,7 +244,7 @@ func TestLoneArrival(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
-	waiting, recycling, kept := m.waiting["python"], m.recycling["python"], m.warm[idle.key] == idle
+	waiting, recycling, kept := m.policy.waiting["python"], m.policy.recycling["python"], m.warm[idle.key] == idle
 	m.mu.Unlock()
 	if waiting != 1 || recycling != 0 || !kept {
 		t.Errorf("waiting %d, recycling %d, idle sandbox kept %v: want the start waited for, nothing reclaimed", waiting, recycling, kept)
@@ -260,7 +260,7 @@ func TestLoneArrival(t *testing.T) {
 	// and brings nothing, and it waits adoptGrace beside adoptWait.
 	m.mu.Lock()
 	delete(m.warm, idle.key) // not for this test to recycle
-	m.starting["python"] = 0
+	m.policy.starting["python"] = 0
 	m.poolChangedLocked()
 	m.mu.Unlock()
 	if err := clock.BlockUntilContext(t.Context(), 2); err != nil {

@@ -31,13 +31,13 @@ func (m *Manager) recycle(sb *sandbox) {
 	// counted as coming: a save takes seconds, a start would be sooner.
 	_, _ = m.pauseKept(sb)
 	m.mu.Lock()
-	m.recycling[sb.key.language]++
+	m.policy.recycleBegan(sb.key.language)
 	m.mu.Unlock()
 	m.recycleCounted(sb)
 }
 
 // recycleCounted is recycle of a sandbox without a kept interpreter to
-// save, counted in m.recycling already: new conversations that find the
+// save, counted as recycling already: new conversations that find the
 // pool empty wait for it rather than start a sandbox of their own
 // (nextPooled), until it joins the pool or is removed.
 func (m *Manager) recycleCounted(sb *sandbox) {
@@ -46,7 +46,7 @@ func (m *Manager) recycleCounted(sb *sandbox) {
 	defer func() {
 		if counted {
 			m.mu.Lock()
-			m.recycling[lang]--
+			m.policy.recycleDropped(lang)
 			m.poolChangedLocked()
 			m.mu.Unlock()
 		}

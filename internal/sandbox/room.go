@@ -6,13 +6,14 @@ import (
 	"fmt"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // An engine whose sandboxes share a bounded room (Kubernetes: a node's
 // allocatable CPU and memory, which every pod's requests take from, idle
 // or not) can be full of this executor's own idle sandboxes: with the
 // default MaxWarm a small node's CPU is taken by warm pods long before
-// their limit is reached. The engine then says so at once (ErrNoRoom)
+// their limit is reached. The engine then says so at once (engine.ErrNoRoom)
 // rather than leave a new sandbox waiting for room that would never come,
 // and a run's start makes room by removing idle sandboxes, as a warm
 // limit would: the warm one idle longest first (its kept state saved),
@@ -21,10 +22,6 @@ import (
 // sandbox of its own, as reclaim.go's filter says), nor one in use. The
 // pool never makes room (Prestart): an idle sandbox of a conversation is
 // worth more than one for a conversation that has not come.
-
-// ErrNoRoom, from an Engine's Create, says that the engine has no room
-// for another sandbox now, and that removing one may make some.
-var ErrNoRoom = errors.New("no room for another sandbox")
 
 // roomTries bounds the idle sandboxes removed to make room for one
 // start: a sandbox larger than those removed (a template's) may need
@@ -35,7 +32,7 @@ const roomTries = 4
 // createRoom creates req's sandbox, making room for it when the engine
 // has none (freeRoom) and trying again, roomTries times at most. When no
 // idle sandbox is left to remove, or the tries are spent, the error says
-// so and wraps ErrNoRoom.
+// so and wraps engine.ErrNoRoom.
 func (m *Manager) createRoom(ctx context.Context, runner runbox.Runner, req Request) (*sandbox, error) {
 	m.mu.Lock()
 	m.roomWanted++
@@ -47,7 +44,7 @@ func (m *Manager) createRoom(ctx context.Context, runner runbox.Runner, req Requ
 	}()
 	for freed := 0; ; freed++ {
 		sb, err := m.create(ctx, runner, req)
-		if !errors.Is(err, ErrNoRoom) {
+		if !errors.Is(err, engine.ErrNoRoom) {
 			return sb, err
 		}
 		if freed == roomTries {
@@ -90,21 +87,11 @@ func (m *Manager) freeRoom(lang string) *sandbox {
 		m.discard(oldest)
 		return oldest
 	}
-	largest := ""
-	for l, p := range m.pool {
-		if n := len(p); n > 0 && (largest == "" || n > len(m.pool[largest]) || n == len(m.pool[largest]) && l < largest) {
-			largest = l
-		}
-	}
-	if largest == "" {
-		m.mu.Unlock()
+	pooled, ok := m.policy.popForRoom()
+	m.mu.Unlock()
+	if !ok {
 		return nil
 	}
-	// The newest: those that waited longest go first to new conversations.
-	p := m.pool[largest]
-	pooled := p[len(p)-1]
-	m.pool[largest] = p[:len(p)-1]
-	m.mu.Unlock()
 	m.discard(pooled)
 	return pooled
 }
@@ -121,4 +108,4 @@ func roomFirst(a, b *sandbox, lang string) bool {
 
 // errRoomWanted, from Prestart, says that a run is making room for its
 // sandbox: the pool would take the room it makes.
-var errRoomWanted = fmt.Errorf("a run is making room for its sandbox: %w", ErrNoRoom)
+var errRoomWanted = fmt.Errorf("a run is making room for its sandbox: %w", engine.ErrNoRoom)

@@ -32,6 +32,7 @@ type roomEngine struct {
 	boxes   map[string]*fakeBox
 	created int
 	refused int
+	quota   agent.Quota // its agents'
 }
 
 type fakeBox struct {
@@ -88,7 +89,7 @@ func (e *roomEngine) Create(_ context.Context, spec engine.Spec, _ io.Writer) (e
 	defer e.mu.Unlock()
 	if e.room <= 0 {
 		e.refused++
-		return engine.Attached{}, fmt.Errorf("fake engine: %s: %w", spec.Name, ErrNoRoom)
+		return engine.Attached{}, fmt.Errorf("fake engine: %s: %w", spec.Name, engine.ErrNoRoom)
 	}
 	e.room--
 	e.created++
@@ -97,7 +98,7 @@ func (e *roomEngine) Create(_ context.Context, spec engine.Spec, _ io.Writer) (e
 		return engine.Attached{}, err
 	}
 	cfg := agent.Config{Launch: []string{"bash"}, Ext: "sh", Dir: spec.Mounts[0].Source, Scratch: scratch,
-		Env: []string{"PATH=" + os.Getenv("PATH")}}
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Quota: e.quota}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -342,7 +343,7 @@ func TestMakeRoom(t *testing.T) {
 			} else {
 				err = run(tt.run, tt.lang, folder(tt.run))
 			}
-			if errors.Is(err, ErrNoRoom) != tt.noRoom || !tt.noRoom && err != nil {
+			if errors.Is(err, engine.ErrNoRoom) != tt.noRoom || !tt.noRoom && err != nil {
 				t.Fatalf("start: %v; want no room: %v", err, tt.noRoom)
 			}
 			if err != nil && !strings.Contains(err.Error(), tt.message) {
@@ -355,7 +356,7 @@ func TestMakeRoom(t *testing.T) {
 				warmAfter = append(warmAfter, k.conversation)
 			}
 			pooledLeft := map[string]int{}
-			for lang, p := range m.pool {
+			for lang, p := range m.policy.pool {
 				if len(p) > 0 {
 					pooledLeft[lang] = len(p)
 				}
@@ -394,4 +395,29 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestRunPastQuota: a run whose agent stopped it past its folder's
+// quota says which bound, and nothing else the agent says passes.
+func TestRunPastQuota(t *testing.T) {
+	dir := t.TempDir()
+	eng := newRoomEngine(t)
+	eng.quota = agent.Quota{Entries: 50}
+	eng.setRoom(4, false)
+	m := NewManager(eng, Options{ExecutorID: "test", MaxWarm: WarmLimits{Default: 1}})
+	if _, err := m.Discover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	for _, tt := range []struct{ code, want string }{
+		{code: "touch $(seq 1 100)", want: agent.QuotaEntries},
+		{code: "rm -f *; echo ok", want: ""},
+	} {
+		oc, err := m.Run(t.Context(), Request{RunID: "r", ConversationID: "c", Language: "bash",
+			Code: tt.code, Timeout: time.Minute, DataDir: dir}, func(Stream, []byte) {})
+		if err != nil || oc.Quota != tt.want {
+			t.Errorf("run %q: %+v, %v; want quota %q", tt.code, oc, err, tt.want)
+		}
+		m.bg.Wait() // the refill
+	}
 }

@@ -52,6 +52,9 @@ func (sb *sandbox) run(ctx context.Context, req Request, out Output) (Outcome, e
 		if exit.Phase == agent.PhaseCompile || exit.Phase == agent.PhaseRun {
 			oc.Phase = exit.Phase // nothing else the sandbox says
 		}
+		if exit.Quota == agent.QuotaBytes || exit.Quota == agent.QuotaEntries {
+			oc.Quota = exit.Quota
+		}
 	}
 	switch {
 	case oc.TimedOut || oc.Cancelled:

@@ -1,14 +1,18 @@
-// Package sandbox runs programs in locked-down sandboxes of an Engine
-// (package docker's: Docker containers on the executor's host).
+// Package sandbox runs programs in locked-down sandboxes of an Engine:
+// package docker's (containers on the executor's host, under runc or
+// gVisor) or package kubernetes's (pods of a cluster).
 //
-// A sandbox runs the runner agent (package agent) as its command; the
-// Manager talks to it over the container's attached stdin and stdout, so a
-// run costs no Docker API call once its container is up. A container is
+// A sandbox runs the runner agent (package agent) as its first process;
+// the Manager talks to it over that process's attached stdin and stdout,
+// so a run costs no engine API call once its sandbox is up. A sandbox is
 // started for a conversation and language, mounts that conversation's
 // folder at /data, and stays with it while it is used: later runs of the
 // conversation reuse it (warm.go). It is never shared with another
 // conversation, and it is removed when it idles past its TTL, when a run
 // is killed (timeout, cancel), or when anything about it is in doubt.
+// Sandboxes for new conversations wait started in a pool, whose policy
+// (how many, when to start, when to reclaim an idle one) is apart from
+// their lifecycle (policy.go).
 package sandbox
 
 import (
@@ -91,7 +95,7 @@ type Engine interface {
 	// Create creates and starts a sandbox with its first process's
 	// standard streams attached; its standard error goes to stderr. A
 	// failure leaves no sandbox behind; one for want of room wraps
-	// ErrNoRoom (room.go).
+	// engine.ErrNoRoom (room.go).
 	Create(ctx context.Context, spec engine.Spec, stderr io.Writer) (engine.Attached, error)
 	Kill(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
@@ -183,26 +187,16 @@ type Manager struct {
 	// execTmpfs is the size of the exec tmpfs each language's image asks
 	// for (LabelExecTmpfs), by language; none if absent.
 	execTmpfs map[string]string
-	pool      map[string][]*sandbox // pre-started sandboxes for new conversations, by language
-	demand    *demand               // how many the pool should hold
-	// starting counts the pool's sandboxes starting (Prestart), waiting
-	// the new conversations that wait for one of them (Adopt), by
-	// language; poolChanged is closed, and replaced, when a sandbox joins
-	// a pool or a start ends.
-	starting, waiting map[string]int
-	// recycling counts the sandboxes being recycled into each language's
-	// pool (recycle.go): coming, as those starting are.
-	recycling map[string]int
-	// pressed is when the last two new conversations found their
-	// language's pool empty, the earlier first (reclaim.go).
-	pressed map[string][2]time.Time
-	// starved is when a new conversation last waited in vain and started
-	// a sandbox of its own; reclaimed, when each conversation's sandbox
-	// was last reclaimed (reclaim.go).
-	starved, reclaimed map[string]time.Time
-	poolChanged        chan struct{}
-	wants              chan struct{} // a new conversation asked (PoolWants)
-	clock              clockwork.Clock
+	// policy holds the pre-started sandboxes for new conversations, by
+	// language, and decides for their pool (policy.go); demand, how many
+	// it should hold.
+	policy *poolPolicy[*sandbox]
+	demand *demand
+	// poolChanged is closed, and replaced, when a sandbox joins a pool or
+	// a start ends.
+	poolChanged chan struct{}
+	wants       chan struct{} // a new conversation asked (PoolWants)
+	clock       clockwork.Clock
 	// roomWanted counts the runs making room for their sandbox
 	// (createRoom): the pool starts none meanwhile.
 	roomWanted int
@@ -235,10 +229,8 @@ func NewManager(eng Engine, opts Options) *Manager {
 	return &Manager{
 		engine: eng, opts: opts, log: log,
 		runners: map[string]runbox.Runner{}, live: map[string]struct{}{}, open: map[*sandbox]struct{}{}, warm: map[warmKey]*sandbox{},
-		held: map[string]int{},
-		pool: map[string][]*sandbox{}, demand: newDemand(clock),
-		starting: map[string]int{}, waiting: map[string]int{}, recycling: map[string]int{},
-		pressed: map[string][2]time.Time{}, starved: map[string]time.Time{}, reclaimed: map[string]time.Time{},
+		held:   map[string]int{},
+		policy: newPoolPolicy[*sandbox](opts.Recycle != nil), demand: newDemand(clock),
 		poolChanged: make(chan struct{}),
 		wants:       make(chan struct{}, 1), clock: clock,
 	}
@@ -402,6 +394,12 @@ type Outcome struct {
 	// Phase is, for a compiled language, the phase that ended the run:
 	// agent.PhaseCompile or agent.PhaseRun; empty when unknown.
 	Phase string
+	// Quota is, when the sandbox's agent measures its folder (an
+	// engine's that copies it out: Kubernetes), the bound of the
+	// conversation's quota the run's files passed: agent.QuotaBytes or
+	// agent.QuotaEntries. The agent stopped the program there, the
+	// engine took none of its files, and the sandbox is removed.
+	Quota string
 	// unclean is set when the agent could not show that nothing of the
 	// program is left; the sandbox is then removed, never reused.
 	unclean bool
@@ -441,6 +439,11 @@ func (m *Manager) Run(ctx context.Context, req Request, out Output) (Outcome, er
 	switch {
 	case err != nil:
 		m.discard(sb)
+	case oc.Quota != "":
+		// Its folder holds what the conversation's does not.
+		m.log.Info("a program's files passed their quota; removing its sandbox", "container", shortID(sb.id), "bound", oc.Quota)
+		m.discard(sb)
+		m.refill(runner, req)
 	case oc.unclean:
 		m.log.Warn("a program left processes the agent could not end; removing its sandbox", "container", shortID(sb.id))
 		m.discard(sb)

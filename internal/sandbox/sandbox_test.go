@@ -17,8 +17,8 @@ import (
 	"github.com/moby/moby/client"
 
 	dockerengine "github.com/runbox-dev/runbox/internal/sandbox/docker"
+	"github.com/runbox-dev/runbox/internal/sandbox/docker/dockertest"
 	"github.com/runbox-dev/runbox/internal/sandbox/engine"
-	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
 // engineOf returns the Docker engine of c, under its default runtime.
@@ -42,7 +42,7 @@ func newManagerWith(t testing.TB, change func(*Options)) *Manager {
 
 func newManagerOptions(t testing.TB, change func(*Options)) (*Manager, *client.Client) {
 	t.Helper()
-	docker := testenv.Docker(t)
+	docker := dockertest.Client(t)
 	opts := Options{ExecutorID: "test-" + rand.Text()[:8], MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")}
 	change(&opts)
 	m := NewManager(engineOf(docker), opts)
@@ -316,7 +316,7 @@ func TestReapRemovesOrphans(t *testing.T) {
 func TestReapDead(t *testing.T) {
 	ctx := context.Background()
 	deployment := "dep-" + rand.Text()[:8]
-	docker := testenv.Docker(t)
+	docker := dockertest.Client(t)
 	managers := map[string]*Manager{}
 	for _, id := range []string{"live", "dead", "self"} {
 		m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + id + "-" + rand.Text()[:8], Deployment: deployment,
@@ -586,7 +586,7 @@ func TestPool(t *testing.T) {
 	if m.Pooled("bash") != 1 || m.Pooled("python") != 0 {
 		t.Fatalf("pooled %d bash, %d python", m.Pooled("bash"), m.Pooled("python"))
 	}
-	pooled := m.pool["bash"][0].id[:12]
+	pooled := m.policy.pool["bash"][0].id[:12]
 	conv := filepath.Join(base, "conv")
 	adopted := m.Adopt(context.Background(), "conv-x", "bash", func(s string) (string, error) {
 		if s != slot {
@@ -623,7 +623,7 @@ func TestPool(t *testing.T) {
 // their folder is the conversation's. While a run holds the conversation,
 // its idle sandboxes are not recycled either.
 func TestSeveralSandboxesPerConversation(t *testing.T) {
-	docker := testenv.Docker(t)
+	docker := dockertest.Client(t)
 	var mu sync.Mutex
 	var asked []bool // what mounted said for each recycling asked for
 	m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
@@ -714,7 +714,7 @@ func TestSeveralSandboxesPerConversation(t *testing.T) {
 // runs went at once) are gone, and a run that ends after Close keeps no
 // sandbox.
 func TestCloseWaitsForBackgroundWork(t *testing.T) {
-	docker := testenv.Docker(t)
+	docker := dockertest.Client(t)
 	m := NewManager(engineOf(docker), Options{ExecutorID: "test-" + rand.Text()[:8], Limits: defaultLimits,
 		MaxWarm: WarmLimits{Default: 8}, ImageTag: os.Getenv("RUNNER_TAG")})
 	if _, err := m.Discover(context.Background()); err != nil {

@@ -110,7 +110,7 @@ func (m *Manager) park(sb *sandbox) {
 	}
 	prev := m.warm[sb.key]
 	m.warm[sb.key] = sb
-	if m.pressedLocked(sb.key.language) {
+	if m.policy.pressed(sb.key.language, m.clock.Now()) {
 		m.poolChangedLocked() // new conversations waiting may reclaim it
 	}
 	var evict []*sandbox
@@ -175,21 +175,21 @@ func (m *Manager) goBackground(f func()) bool {
 func (m *Manager) toPool(lang string, sb *sandbox) error { return m.joinPool(lang, sb, false) }
 
 // joinPool is toPool; recycled says that sb was counted among those coming
-// by recycling (m.recycling), which it leaves in the same step: a sandbox
-// is on its way or pooled, never both, as those who count what is on its
-// way (nextPooled, the pool filler's Reclaim) assume.
+// by recycling, which it leaves in the same step (the policy's push): a
+// sandbox is on its way or pooled, never both, as those who count what is
+// on its way (nextPooled, the pool filler's Reclaim) assume.
 func (m *Manager) joinPool(lang string, sb *sandbox, recycled bool) error {
 	m.mu.Lock()
-	if recycled {
-		m.recycling[lang]--
-	}
 	m.poolChangedLocked()
 	if m.closed {
+		if recycled {
+			m.policy.recycleDropped(lang)
+		}
 		m.mu.Unlock()
 		m.discard(sb)
 		return errClosed
 	}
-	m.pool[lang] = append(m.pool[lang], sb)
+	m.policy.push(lang, sb, recycled)
 	m.mu.Unlock()
 	return nil
 }
@@ -304,11 +304,7 @@ func (m *Manager) Close() int {
 	m.mu.Lock()
 	m.closed = true
 	m.poolChangedLocked() // no conversation waits for the pool any more
-	var gone []*sandbox
-	for lang, p := range m.pool {
-		gone = append(gone, p...)
-		delete(m.pool, lang)
-	}
+	gone := m.policy.drain()
 	for k, sb := range m.warm {
 		gone = append(gone, sb)
 		delete(m.warm, k)
@@ -328,13 +324,13 @@ func (m *Manager) Close() int {
 // it to a new conversation. Several may start at once; new conversations
 // that find the pool empty meanwhile wait for them (Adopt). It makes no
 // room for its sandbox: when the engine has none, or a run is making
-// some, it fails with ErrNoRoom.
+// some, it fails with engine.ErrNoRoom.
 func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error {
 	m.mu.Lock()
 	runner, ok := m.runners[language]
 	wanted := m.roomWanted > 0
 	if ok && !wanted {
-		m.starting[language]++
+		m.policy.startBegan(language)
 		m.poolChangedLocked() // a new conversation waiting may wait for it
 	}
 	m.mu.Unlock()
@@ -351,7 +347,7 @@ func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error 
 		err = m.toPool(language, sb)
 	}
 	m.mu.Lock()
-	m.starting[language]--
+	m.policy.startEnded(language)
 	m.poolChangedLocked()
 	m.mu.Unlock()
 	return err
@@ -361,7 +357,7 @@ func (m *Manager) Prestart(ctx context.Context, language, dataDir string) error 
 func (m *Manager) Pooled(language string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.pool[language])
+	return m.policy.pooled(language)
 }
 
 // PoolWants is signalled when a new conversation asks for a pooled
@@ -436,7 +432,7 @@ func (m *Manager) gaveUp(ctx context.Context, language string) {
 		return
 	}
 	m.mu.Lock()
-	m.starved[language] = m.clock.Now()
+	m.policy.gaveUp(language, m.clock.Now())
 	m.mu.Unlock()
 }
 
@@ -458,7 +454,7 @@ func (w *poolWait) wait(ctx context.Context, changed <-chan struct{}, counted bo
 	if counted {
 		defer func() {
 			w.m.mu.Lock()
-			w.m.waiting[w.language]--
+			w.m.policy.waited(w.language)
 			w.m.mu.Unlock()
 		}()
 		if w.deadline == nil {
@@ -502,33 +498,24 @@ func (w *poolWait) stop() {
 // as nothing is on its way. Neither once the manager is closed. arrived
 // says that this is the caller's first look: a new conversation that finds
 // the pool empty on arrival presses it (pressedLocked); its later looks,
-// after a change that served another, do not.
+// after a change that served another, do not. (The policy's look and
+// wait decide; policy.go.)
 func (m *Manager) nextPooled(language string, arrived bool) (sb *sandbox, changed <-chan struct{}, counted bool) {
 	m.mu.Lock()
-	if p := m.pool[language]; len(p) > 0 {
-		m.pool[language] = p[1:]
+	if sb, ok := m.policy.pop(language); ok {
 		m.mu.Unlock()
-		return p[0], nil, false
+		return sb, nil, false
 	}
 	if m.closed {
 		m.mu.Unlock()
 		return nil, nil, false
 	}
-	if arrived {
-		m.pressed[language] = [2]time.Time{m.pressed[language][1], m.clock.Now()}
-	}
-	// A reset is quicker than a start: a sandbox reclaimed for the caller
-	// beats one starting, unless the caller is alone (the pool not
-	// pressed), and the start is the refill meant for it.
-	onWay := m.starting[language]+m.recycling[language] > m.waiting[language]
 	var reclaimed *sandbox
-	if m.recycling[language] <= m.waiting[language] && (!onWay || m.pressedLocked(language)) {
+	if m.policy.look(language, m.clock.Now(), arrived) {
 		reclaimed = m.reclaimLocked(language)
 	}
 	changed = m.poolChanged
-	if counted = m.starting[language]+m.recycling[language] > m.waiting[language]; counted {
-		m.waiting[language]++
-	}
+	counted = m.policy.wait(language)
 	m.mu.Unlock()
 	if reclaimed != nil {
 		m.startReclaimed(reclaimed)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/files"
 )
@@ -132,7 +133,7 @@ func TestKeeperQuota(t *testing.T) {
 	if _, err := k.Pause(ctx, conv, r.Gen, &interp{state: make([]byte, 8192)}); err == nil {
 		t.Fatal("a snapshot over the quota was stored")
 	}
-	if _, err := f.OpenState(ctx, conv); !errors.Is(err, files.ErrNotFound) {
+	if _, err := f.OpenState(ctx, conv); !errors.Is(err, runbox.ErrFileNotFound) {
 		t.Errorf("after a refused pause: %v", err)
 	}
 	if again, _ := k.Resume(ctx, conv, &interp{}); again.Restored {
@@ -240,7 +241,7 @@ func TestKeeperForkQuota(t *testing.T) {
 	if _, err := k.Fork(ctx, src, fork); err == nil {
 		t.Fatal("a state over the fork's quota was forked")
 	}
-	if _, err := f.OpenState(ctx, fork); !errors.Is(err, files.ErrNotFound) {
+	if _, err := f.OpenState(ctx, fork); !errors.Is(err, runbox.ErrFileNotFound) {
 		t.Errorf("after a refused fork: %v", err)
 	}
 	if again, _ := k.Resume(ctx, fork, &interp{}); again.Restored {

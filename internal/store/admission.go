@@ -23,7 +23,7 @@ import (
 // Waiting. Every run is counted in its client's queue from its record to
 // its claim (or its end, if it never starts): the hash
 // runbox:client:<c>:queued holds each run's bytes (its spec, its stored
-// task and recordOverhead) and runbox:client:<c>:queued:bytes their sum.
+// task and recordOverhead) and runbox:client:<c>:queued:total their sum.
 // A run or batch past the client's runbox.ClientBounds is refused whole,
 // before anything is written.
 //
@@ -70,6 +70,8 @@ const (
 //
 //   - room(p, c, n, bytes, maxRuns, maxBytes): nil when n more runs of
 //     bytes in all fit c's queue, else {'full', what, have, limit};
+//   - tally(h, id, n, ttl) / untally(h, id): count id's n once in the hash
+//     h and their sum in h:total, or no longer;
 //   - queue(p, c, id, bytes, ttl) / unqueue(p, c, id): count a run
 //     waiting, or no longer;
 //   - secondsLeft(p, c, day): c's seconds used on day (its counter's key
@@ -90,45 +92,35 @@ local function room(p, c, n, bytes, maxRuns, maxBytes)
     if have + n > maxRuns then return {'full', 'runs', tostring(have), tostring(maxRuns)} end
   end
   if maxBytes > 0 then
-    local have = tonumber(redis.call('GET', q .. ':bytes') or '0')
+    local have = tonumber(redis.call('GET', q .. ':total') or '0')
     if have + bytes > maxBytes then return {'full', 'bytes', tostring(have), tostring(maxBytes)} end
   end
   return nil
 end
-local function queue(p, c, id, bytes, ttl)
-  local q = ckey(p, c, 'queued')
-  if redis.call('HSETNX', q, id, bytes) == 1 then redis.call('INCRBY', q .. ':bytes', bytes) end
-  redis.call('EXPIRE', q, ttl)
-  redis.call('EXPIRE', q .. ':bytes', ttl)
-  redis.call('SADD', p .. 'clients:queued', c)
+local function tally(h, id, n, ttl)
+  if redis.call('HSETNX', h, id, n) == 1 then redis.call('INCRBY', h .. ':total', n) end
+  redis.call('EXPIRE', h, ttl)
+  redis.call('EXPIRE', h .. ':total', ttl)
 end
-local function unqueue(p, c, id)
-  local q = ckey(p, c, 'queued')
-  local b = redis.call('HGET', q, id)
-  if b then
-    redis.call('HDEL', q, id)
-    redis.call('DECRBY', q .. ':bytes', b)
+local function untally(h, id)
+  local n = redis.call('HGET', h, id)
+  if n then
+    redis.call('HDEL', h, id)
+    redis.call('DECRBY', h .. ':total', n)
   end
 end
+local function queue(p, c, id, bytes, ttl)
+  tally(ckey(p, c, 'queued'), id, bytes, ttl)
+  redis.call('SADD', p .. 'clients:queued', c)
+end
+local function unqueue(p, c, id) untally(ckey(p, c, 'queued'), id) end
 local function secondsLeft(p, c, day)
   local used = tonumber(redis.call('GET', ckey(p, c, 'runsec:' .. day)) or '0')
   local reserved = tonumber(redis.call('GET', ckey(p, c, 'runsec:reserved:total')) or '0')
   return used, reserved
 end
-local function reserve(p, c, id, secs, ttl)
-  local r = ckey(p, c, 'runsec:reserved')
-  if redis.call('HSETNX', r, id, secs) == 1 then redis.call('INCRBY', r .. ':total', secs) end
-  redis.call('EXPIRE', r, ttl)
-  redis.call('EXPIRE', r .. ':total', ttl)
-end
-local function unreserve(p, c, id)
-  local r = ckey(p, c, 'runsec:reserved')
-  local s = redis.call('HGET', r, id)
-  if s then
-    redis.call('HDEL', r, id)
-    redis.call('DECRBY', r .. ':total', s)
-  end
-end
+local function reserve(p, c, id, secs, ttl) tally(ckey(p, c, 'runsec:reserved'), id, secs, ttl) end
+local function unreserve(p, c, id) untally(ckey(p, c, 'runsec:reserved'), id) end
 local function mayDispatch(p, c, now)
   local n = redis.call('ZCARD', ckey(p, c, 'dispatched'))
   if n >= AHEAD then return false end
@@ -303,7 +295,7 @@ func replyIDs(vs []any) []string {
 func (s *Runs) Queued(ctx context.Context, client string) (runs int, bytes int64, err error) {
 	pipe := s.rdb.Pipeline()
 	n := pipe.HLen(ctx, queuedKey(client))
-	b := pipe.Get(ctx, queuedKey(client)+":bytes")
+	b := pipe.Get(ctx, queuedKey(client)+":total")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, 0, fmt.Errorf("read the queue of %s: %w", client, err)
 	}

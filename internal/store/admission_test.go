@@ -279,7 +279,7 @@ func queuedBytes(t *testing.T, size int) {
 		return n
 	}
 	counted := func(client string) int64 {
-		n, _ := s.rdb.Get(ctx, queuedKey(client)+":bytes").Int64()
+		n, _ := s.rdb.Get(ctx, queuedKey(client)+":total").Int64()
 		return n
 	}
 	base := used()

@@ -1,5 +1,9 @@
 // Package testenv starts the real services that integration tests run
-// against: a redis-server on a free loopback port, and checks for Docker.
+// against: a redis-server on a free loopback port, S3 (versitygw), Gitea,
+// the test Kubernetes cluster. It is for tests alone (rules_test holds
+// it so): it may hand them a raw go-redis client to look at what the store
+// wrote. The Docker Engine's client is package dockertest's, beside the
+// Docker engine.
 package testenv
 
 import (

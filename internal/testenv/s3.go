@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox-dev/runbox/internal/config"
+	"github.com/runbox-dev/runbox/internal/s3store"
 )
 
 // S3 starts a real S3 server (versitygw over a temporary folder) for the
 // test and returns how to reach it, with bucket as the store's bucket
 // (made by the store when it opens). A machine without versitygw fails the
 // test: `make test-deps` installs it.
-func S3(t testing.TB, bucket string) *config.S3 {
+func S3(t testing.TB, bucket string) *s3store.Options {
 	t.Helper()
 	bin, err := exec.LookPath("versitygw")
 	if err != nil {
@@ -55,6 +55,6 @@ func S3(t testing.TB, bucket string) *config.S3 {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &config.S3{Bucket: bucket, Endpoint: "http://" + addr, Region: "us-east-1",
+	return &s3store.Options{Bucket: bucket, Endpoint: "http://" + addr, Region: "us-east-1",
 		AccessKey: "runbox-test", SecretKey: "runbox-test-secret"}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/files"
+	"github.com/runbox-dev/runbox/internal/sparse"
 )
 
 // Remote is the file store the copies come from: s3store.Store. It keeps
@@ -121,7 +122,9 @@ func (c *Copies) manifest(cid string) *manifest {
 // writing the copy, so a file changed or made since the copy was last in
 // step with the store is theirs and is kept, not replaced or removed
 // (their pushes send it at their end); the copy then stays unsettled, and
-// the next run lists the store again.
+// the next run lists the store again. A store whose files and state take
+// more than the quota is refused (EQuotaExceeded) before anything is
+// fetched; blocks of zeros are fetched as holes.
 func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 	m := c.manifest(cid)
 	// The version is read before the listing: a change after it makes the
@@ -137,6 +140,13 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 	if err != nil {
 		return err
 	}
+	state, err := c.remote.StateSize(ctx, cid)
+	if err != nil {
+		return err
+	}
+	if err := c.remoteFits(remote, state); err != nil {
+		return err
+	}
 	local, err := c.folders.List(cid)
 	if err != nil {
 		return err
@@ -146,6 +156,29 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		return fmt.Errorf("open working copy: %w", err)
 	}
 	defer root.Close()
+	fetched, kept, err := c.reconcile(ctx, root, cid, m, local, remote, busy)
+	if err != nil {
+		return err
+	}
+	// The room of the conversation's saved state in the store, which
+	// its files leave it (its changes take versions too: State).
+	if err := c.folders.HoldState(cid, state); err != nil {
+		return err
+	}
+	if kept == 0 {
+		m.version = v
+	}
+	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
+	return nil
+}
+
+// reconcile makes the copy's files (local, in root) the store's (remote),
+// as Pull says: it fetches those the store changed and removes those it
+// does not have, and when busy keeps those the copy changed. It returns
+// how many it fetched and kept, and notes what it fetched and removed in
+// m.
+func (c *Copies) reconcile(ctx context.Context, root *os.Root, cid string, m *manifest, local, remote []runbox.StoredFile,
+	busy bool) (fetched, kept int, err error) {
 	here := make(map[string]runbox.StoredFile, len(local))
 	for _, l := range local {
 		here[l.Name] = l
@@ -156,7 +189,6 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		s, known := m.files[l.Name]
 		return known && s.size == l.Size && s.modTime.Equal(l.ModTime)
 	}
-	fetched, kept := 0, 0
 	for _, r := range remote {
 		l, ok := here[r.Name]
 		delete(here, r.Name)
@@ -169,44 +201,59 @@ func (c *Copies) Pull(ctx context.Context, cid string, busy bool) error {
 		}
 		s, err := c.fetch(ctx, root, cid, r.Name)
 		if err != nil {
-			return err
+			return fetched, kept, err
 		}
 		m.files[r.Name] = s
 		fetched++
 	}
 	// What is left here the store does not have: removed elsewhere, or
 	// written by a run whose push this executor did not finish.
-	if len(local) < files.MaxEntries && len(remote) < files.MaxEntries {
+	if len(local) < runbox.MaxListEntries && len(remote) < runbox.MaxListEntries {
 		for name, l := range here {
 			if busy && !inStep(l) {
 				kept++
 				continue
 			}
 			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove a file the store does not have: %w", err)
+				return fetched, kept, fmt.Errorf("remove a file the store does not have: %w", err)
 			}
 			delete(m.files, name)
 		}
 	}
-	if err := c.holdState(ctx, cid); err != nil {
-		return err
+	return fetched, kept, nil
+}
+
+// remoteFits checks, before anything is fetched, that the store's files
+// and state fit the copy's quota: the store counts them whole, and so
+// does a copy in walk mode (fetch writes blocks of zeros as holes, but a
+// program may fill them).
+func (c *Copies) remoteFits(remote []runbox.StoredFile, state int64) error {
+	size := state
+	for _, r := range remote {
+		size += r.Size
 	}
-	if kept == 0 {
-		m.version = v
+	if q := c.folders.Quota(); size > q {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files in the file store take %d bytes, more than its quota of %d", size, q)
 	}
-	c.log.Debug("working copy pulled", "conversation", cid, "version", v, "fetched", fetched, "kept", kept)
 	return nil
 }
 
-// holdState gives the conversation's saved state in the store its room
-// in the copy, which the store's files leave it (its changes take
-// versions too: State).
-func (c *Copies) holdState(ctx context.Context, cid string) error {
-	state, err := c.remote.StateSize(ctx, cid)
+// fits checks that the copy, as the store counts it (every file whole,
+// its holes as data), fits its quota: files past it are not sent. Walk
+// mode stops a run that goes past the quota, but one truncate takes less
+// than a measurement; an image counts only blocks.
+func (c *Copies) fits(cid string) error {
+	size, err := c.folders.StoredSize(cid)
 	if err != nil {
 		return err
 	}
-	return c.folders.HoldState(cid, state)
+	if q := c.folders.Quota(); size > q {
+		return runbox.Errorf(runbox.EQuotaExceeded,
+			"the conversation's files take %d bytes as the file store counts them (a sparse file for its whole size), more than its quota of %d; they were not saved",
+			size, q)
+	}
+	return nil
 }
 
 // fetch writes the store's file name into the copy, whole or not at all.
@@ -232,7 +279,8 @@ func (c *Copies) fetch(ctx context.Context, root *os.Root, cid, name string) (sy
 		return synced{}, fmt.Errorf("fetch %s: %w", name, err)
 	}
 	defer root.Remove(tmp)
-	_, err = io.Copy(out, r)
+	// S3 has no holes: blocks of zeros become holes again.
+	_, err = sparse.Write(out, r)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -257,13 +305,16 @@ func (c *Copies) fetch(ctx context.Context, root *os.Root, cid, name string) (sy
 }
 
 // Push sends what a run changed, from the listings of the copy before
-// and after it, to the store, and records the change.
+// and after it, to the store, and records the change. A copy that takes
+// more than the quota as the store counts it (fits) sends nothing
+// (EQuotaExceeded): the next run lists the store again, and the copy
+// loses what the store did not take.
 func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.StoredFile) error {
 	m := c.manifest(cid)
 	changed := files.Changed(before, after)
 	var removed []string
 	// A listing cut at its bound does not say what was removed.
-	if len(before) < files.MaxEntries && len(after) < files.MaxEntries {
+	if len(before) < runbox.MaxListEntries && len(after) < runbox.MaxListEntries {
 		now := make(map[string]bool, len(after))
 		for _, a := range after {
 			now[a.Name] = true
@@ -282,6 +333,11 @@ func (c *Copies) Push(ctx context.Context, cid string, before, after []runbox.St
 	// the store did not get, as the failed run's result said).
 	seen := m.version
 	m.version = -1
+	if len(changed) > 0 { // a push that only removes never grows the store
+		if err := c.fits(cid); err != nil {
+			return err
+		}
+	}
 	root, err := os.OpenRoot(c.folders.Path(cid))
 	if err != nil {
 		return fmt.Errorf("open working copy: %w", err)

@@ -81,6 +81,17 @@ func write(t *testing.T, dir, name, content string) {
 	}
 }
 
+// stores opens the bucket, a conversation's quota a mebibyte, and the
+// versions in Redis.
+func stores(t *testing.T) (*s3store.Store, *store.Store) {
+	t.Helper()
+	s3, err := s3store.Open(context.Background(), testenv.S3(t, "runbox-files"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s3, store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+}
+
 // tree is the folder's regular files and contents, "name=content ...".
 func tree(t *testing.T, dir string) string {
 	t.Helper()
@@ -98,12 +109,8 @@ func tree(t *testing.T, dir string) string {
 
 func TestCopiesFollowTheConversation(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s3, versions := stores(t)
 	remote := &listings{Store: s3}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	a, b := newExecutor(t, remote, versions), newExecutor(t, remote, versions)
 	const cid = "conv"
 
@@ -180,11 +187,7 @@ func TestCopiesFollowTheConversation(t *testing.T) {
 // the store.
 func TestPullReplacesLocalChanges(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+	s3, versions := stores(t)
 	for _, tc := range []struct {
 		busy bool
 		want string
@@ -240,12 +243,8 @@ func (f *flaky) Put(ctx context.Context, conv, name string, r io.Reader, size in
 // lists the store again, and the copy matches it.
 func TestFailedPush(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s3, versions := stores(t)
 	remote := &flaky{Store: s3}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
 	a := newExecutor(t, remote, versions)
 	const cid = "conv"
 	a.run(t, cid, func(dir string) { write(t, dir, "kept", "1") })
@@ -272,11 +271,7 @@ func TestFailedPush(t *testing.T) {
 // it) and has it made again, empty.
 func TestJanitorForgetsRemovedCopy(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+	s3, versions := stores(t)
 	a := newExecutor(t, s3, versions)
 	const cid = "conv"
 	a.run(t, cid, func(dir string) { write(t, dir, "f", "kept") })
@@ -306,11 +301,7 @@ func TestJanitorForgetsRemovedCopy(t *testing.T) {
 // other at its next run.
 func TestCopiesHoldTheState(t *testing.T) {
 	ctx := context.Background()
-	s3, err := s3store.Open(ctx, testenv.S3(t, "runbox-files"), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versions := store.New(store.NewConn(testenv.Client(t, testenv.Redis(t))))
+	s3, versions := stores(t)
 	a, b := newExecutor(t, s3, versions), newExecutor(t, s3, versions)
 	const cid, state = "conv-state", 300 << 10
 	a.run(t, cid, func(dir string) { write(t, dir, "f", "abc") })

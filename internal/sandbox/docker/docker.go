@@ -304,6 +304,12 @@ func (e *Engine) Inspect(ctx context.Context, id string) (engine.State, error) {
 	return engine.State{Running: s.Running, ExitCode: s.ExitCode, OOMKilled: s.OOMKilled}, nil
 }
 
+// Capabilities: containers of the executor's host, which mount its
+// folders and take its memory.
+func (e *Engine) Capabilities() engine.Capabilities {
+	return engine.Capabilities{HostFolders: true, HostMemory: true}
+}
+
 // Landlock reports whether programs in these sandboxes can be held to
 // filesystem rules (agent.Rules): the runtime's kernel offers Landlock.
 func (e *Engine) Landlock() bool {

@@ -1,15 +1,40 @@
 // Package engine is what the sandbox manager (package sandbox) and the
 // engines that run its sandboxes say to each other: what a sandbox is made
-// from (Spec) and what an engine reports of the sandboxes and images it
-// has. The manager declares the engine it needs (sandbox.Engine); the
-// Docker Engine's is package docker beside this one. Nothing here knows
-// an engine's API.
+// from (Spec), what an engine reports of the sandboxes and images it has,
+// its errors (ErrNoRoom) and what it can do (Capabilities). The manager
+// declares the engine it needs (sandbox.Engine); the engines are package
+// docker (the Docker Engine's) and package kubernetes beside this one, and
+// know this package alone of the manager's side. Nothing here knows an
+// engine's API.
 package engine
 
 import (
+	"errors"
 	"io"
 	"time"
 )
+
+// ErrNoRoom, from an engine's Create, says that the engine has no room
+// for another sandbox now, and that removing one may make some (package
+// sandbox's room.go).
+var ErrNoRoom = errors.New("no room for another sandbox")
+
+// Capabilities are what an engine's sandboxes can do beyond what every
+// engine does. The process that wires an engine switches features on
+// them, never on the engine's name: a feature an engine lacks is off, one
+// it gains is a field here and a true in its Capabilities.
+type Capabilities struct {
+	// HostFolders: the sandboxes run on the executor's host and mount its
+	// folders (Mount.Source is a path there), so that a conversation's
+	// folder can be handed from one sandbox to another (the manager's
+	// Recycle) and the executor's Unix sockets can be bind-mounted into
+	// them (the egress proxy's).
+	HostFolders bool
+	// HostMemory: the sandboxes take the memory of the executor's host,
+	// so that the pool of started sandboxes is bounded by what it has
+	// available.
+	HostMemory bool
+}
 
 // Spec is a sandbox to create. Whatever the engine, a sandbox is locked
 // down: no network, no capability (but Runtime's own, for its agent), no

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 	"github.com/runbox-dev/runbox/internal/testenv"
 )
 
@@ -288,7 +290,7 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: held, limit: 1 << 20})
+	synced := syncFiles(s, &folderCopier{e: e, pod: spec.Name, dir: held, quota: agent.Quota{Bytes: 1 << 20}})
 	t.Cleanup(func() {
 		synced.Close()
 		s.Close()
@@ -334,4 +336,12 @@ func TestFilesGoAroundRuns(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(moved, "after.txt")); err != nil || string(b) != "moved" {
 		t.Fatalf("after.txt in the renamed folder: %q, %v", b, err)
 	}
+	// A sparse file the program makes comes out with its holes (tar
+	// carries them as zeros).
+	code = fmt.Sprintf("f = open('sparse', 'wb')\nf.write(b%[1]q)\nf.seek(%[2]d)\nf.write(b%[1]q)\nf.truncate(%[3]d)",
+		sparsetest.Data, 512<<10-4096, 512<<10)
+	if out, exit := run(t, conn, code); exit.ExitCode != 0 {
+		t.Fatalf("the sparse file's run: %q, %+v", out, exit)
+	}
+	sparsetest.Check(t, filepath.Join(moved, "sparse"), 512<<10)
 }

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // Engine makes, streams to and removes sandbox pods in one namespace.
@@ -86,7 +86,7 @@ type podsClient = interface {
 // Create makes the pod of spec and waits until its container runs. A pod
 // that cannot run (its image is missing, the node refuses it) fails at
 // once, with the reason the kubelet gives; one no node has room for fails
-// as soon as the scheduler says so, with sandbox.ErrNoRoom; one that is
+// as soon as the scheduler says so, with engine.ErrNoRoom; one that is
 // not running when ctx ends fails then. Either way the pod is removed.
 func (e *Engine) Create(ctx context.Context, spec Spec) (err error) {
 	// Not cancelled midway: the pod would be made without our knowing.
@@ -156,13 +156,13 @@ func (e *Engine) waitRunning(ctx context.Context, pod *corev1.Pod) error {
 // running reports whether pod's container runs (done, nil), will never
 // run (done, why not), or may run yet. A pod no node has room for, as the
 // scheduler says (or the kubelet, which admits a pod only if it fits), is
-// done with sandbox.ErrNoRoom: it would wait until a pod went, and the
+// done with engine.ErrNoRoom: it would wait until a pod went, and the
 // manager can make room by removing one of its idle sandboxes.
 func running(pod *corev1.Pod) (done bool, err error) {
 	switch pod.Status.Phase {
 	case corev1.PodFailed:
 		if strings.HasPrefix(pod.Status.Reason, "OutOf") { // OutOfcpu, OutOfmemory, OutOfpods
-			return true, fmt.Errorf("kubernetes: the node refused pod %s (%s): %w", pod.Name, pod.Status.Reason, sandbox.ErrNoRoom)
+			return true, fmt.Errorf("kubernetes: the node refused pod %s (%s): %w", pod.Name, pod.Status.Reason, engine.ErrNoRoom)
 		}
 		return true, fmt.Errorf("kubernetes: pod %s ended before it ran (%s)", pod.Name, pod.Status.Reason)
 	case corev1.PodSucceeded:
@@ -170,7 +170,7 @@ func running(pod *corev1.Pod) (done bool, err error) {
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return true, fmt.Errorf("kubernetes: pod %s cannot be scheduled (%s): %w", pod.Name, c.Message, sandbox.ErrNoRoom)
+			return true, fmt.Errorf("kubernetes: pod %s cannot be scheduled (%s): %w", pod.Name, c.Message, engine.ErrNoRoom)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {

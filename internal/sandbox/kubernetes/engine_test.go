@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 // TestRunning: what a pod's status says of a sandbox that is starting.
@@ -46,7 +46,7 @@ func TestRunning(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			done, err := running(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: tt.status})
-			if done != tt.done || (err != nil) != tt.failed || errors.Is(err, sandbox.ErrNoRoom) != tt.noRoom {
+			if done != tt.done || (err != nil) != tt.failed || errors.Is(err, engine.ErrNoRoom) != tt.noRoom {
 				t.Fatalf("running: %v, %v; want done %v, failed %v, no room %v", done, err, tt.done, tt.failed, tt.noRoom)
 			}
 		})
@@ -54,7 +54,7 @@ func TestRunning(t *testing.T) {
 }
 
 // TestCreateWithoutRoom: a pod the scheduler finds no room for ends
-// Create with sandbox.ErrNoRoom, and is removed.
+// Create with engine.ErrNoRoom, and is removed.
 func TestCreateWithoutRoom(t *testing.T) {
 	client := fake.NewClientset()
 	e := &Engine{client: client, settings: Settings{Namespace: "sandboxes"}}
@@ -90,7 +90,7 @@ func TestCreateWithoutRoom(t *testing.T) {
 			}
 		}
 	}
-	if !errors.Is(err, sandbox.ErrNoRoom) {
+	if !errors.Is(err, engine.ErrNoRoom) {
 		t.Fatalf("Create: %v; want ErrNoRoom", err)
 	}
 	if _, err := pods.Get(ctx, spec.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -17,6 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sparse"
 )
 
 // A sandbox's /data is an emptyDir of its pod: the executor's working
@@ -28,9 +31,11 @@ import (
 // executor, through an os.Root, from an archive whose every name it
 // checks (what a program leaves is hostile).
 
-// ErrTooLarge reports a sandbox's /data that holds more than the limit
-// CopyOut was given: nothing past it is copied.
-var ErrTooLarge = errors.New("kubernetes: the sandbox's files exceed their limit")
+// ErrTooLarge reports files past the limit of a copy: a sandbox's /data
+// that holds more than the quota CopyOut was given (nothing past it is
+// copied), or a folder whose files take more than its sandbox's /data may
+// hold (folderCopier: nothing is copied in).
+var ErrTooLarge = errors.New("kubernetes: the sandbox's files exceed their quota")
 
 // CopyIn replaces what the sandbox's /data holds with the folder dir:
 // its folders, regular files and symbolic links.
@@ -92,9 +97,10 @@ func writeTar(w io.Writer, dir string) error {
 // CopyOut makes the folder dir hold what the sandbox's /data holds:
 // folders, regular files (a file of the same size and time is left as
 // it is) and symbolic links are written, and what /data no longer holds
-// is removed from dir. At most limit bytes of files are taken (0: no
-// limit); past it CopyOut fails with ErrTooLarge.
-func (e *Engine) CopyOut(ctx context.Context, name, dir string, limit int64) error {
+// is removed from dir. At most q.Bytes bytes of files and q.Entries
+// entries are taken (0: no bound); past either CopyOut fails with
+// ErrTooLarge, and dir keeps only what it took (readTar).
+func (e *Engine) CopyOut(ctx context.Context, name, dir string, q agent.Quota) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("kubernetes: open the working copy: %w", err)
@@ -103,7 +109,7 @@ func (e *Engine) CopyOut(ctx context.Context, name, dir string, limit int64) err
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := readTar(pr, root, limit)
+		err := readTar(pr, root, q)
 		if err == nil {
 			// tar pads its archive past the end (to 10 KiB records): read
 			// so that the exec's copy of it ends without an error logged.
@@ -124,11 +130,16 @@ func (e *Engine) CopyOut(ctx context.Context, name, dir string, limit int64) err
 const tarTail = 1 << 20
 
 // readTar writes the archive's entries into root and removes what it
-// held that the archive does not.
-func readTar(r io.Reader, root *os.Root, limit int64) error {
+// held that the archive does not. An archive past q (its agent did not
+// stop its program there: one that does not measure, or a process the
+// agent could not end) is taken up to it: root then holds only the
+// entries written before, nothing it held besides, and so never more
+// than q.
+func readTar(r io.Reader, root *os.Root, q agent.Quota) error {
 	tr := tar.NewReader(r)
 	seen := map[string]bool{".": true}
 	var total int64
+	entries := 0
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -144,10 +155,11 @@ func readTar(r io.Reader, root *os.Root, limit int64) error {
 		if name == "." {
 			continue
 		}
-		if hdr.Typeflag == tar.TypeReg {
-			if total += hdr.Size; limit > 0 && total > limit {
-				return ErrTooLarge
-			}
+		if entries++; hdr.Typeflag == tar.TypeReg {
+			total += hdr.Size
+		}
+		if q.Entries > 0 && entries > q.Entries || q.Bytes > 0 && total > q.Bytes {
+			return errors.Join(ErrTooLarge, prune(root, seen))
 		}
 		written, err := writeEntry(root, name, hdr, tr)
 		if err != nil {
@@ -202,7 +214,11 @@ func writeEntry(root *os.Root, name string, hdr *tar.Header, r io.Reader) (bool,
 		if err != nil {
 			return false, err
 		}
-		_, err = io.CopyN(f, r, hdr.Size)
+		// tar carries holes as zeros: blocks of them become holes again.
+		n, err := sparse.Write(f, io.LimitReader(r, hdr.Size))
+		if err == nil && n < hdr.Size {
+			err = io.ErrUnexpectedEOF
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

@@ -4,11 +4,17 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
 // entry is one entry of a test archive.
@@ -43,14 +49,14 @@ func archive(t *testing.T, entries ...entry) *bytes.Buffer {
 	return &b
 }
 
-func readInto(t *testing.T, dir string, limit int64, entries ...entry) error {
+func readInto(t *testing.T, dir string, q agent.Quota, entries ...entry) error {
 	t.Helper()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	return readTar(archive(t, entries...), root, limit)
+	return readTar(archive(t, entries...), root, q)
 }
 
 func TestCopyOutMirrors(t *testing.T) {
@@ -59,7 +65,7 @@ func TestCopyOutMirrors(t *testing.T) {
 		os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
 		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
 	}
-	err := readInto(t, dir, 0,
+	err := readInto(t, dir, agent.Quota{},
 		entry{name: "./", dir: true},
 		entry{name: "./keep.txt", body: "new"},
 		entry{name: "./sub", dir: true},
@@ -112,7 +118,7 @@ func TestCopyOutRefusesEscapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			_ = readInto(t, dir, 0, tt.entries...)
+			_ = readInto(t, dir, agent.Quota{}, tt.entries...)
 			if b, _ := os.ReadFile(secret); string(b) != "host" {
 				t.Fatalf("the archive wrote outside the folder: %q", b)
 			}
@@ -120,14 +126,48 @@ func TestCopyOutRefusesEscapes(t *testing.T) {
 	}
 }
 
-func TestCopyOutLimit(t *testing.T) {
-	dir := t.TempDir()
-	err := readInto(t, dir, 10, entry{name: "a", body: "12345"}, entry{name: "b", body: strings.Repeat("x", 6)})
-	if !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("err = %v; want ErrTooLarge", err)
+// TestCopyOutQuota: an archive past the quota, in bytes or in entries,
+// is taken up to it, and the folder then holds only what was taken:
+// neither what it held before nor anything past the quota.
+func TestCopyOutQuota(t *testing.T) {
+	many := make([]entry, 50)
+	for i := range many {
+		many[i] = entry{name: fmt.Sprintf("f%02d", i)}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "b")); err == nil {
-		t.Fatal("the file past the limit was written")
+	tests := []struct {
+		name    string
+		quota   agent.Quota
+		entries []entry
+		want    []string // what the folder holds after
+	}{
+		{name: "bytes", quota: agent.Quota{Bytes: 10},
+			entries: []entry{{name: "a", body: "12345"}, {name: "b", body: strings.Repeat("x", 6)}}, want: []string{"a"}},
+		{name: "entries", quota: agent.Quota{Entries: 3},
+			entries: append([]entry{{name: "d", dir: true}, {name: "d/in"}}, many...), want: []string{"d", "d/in", "f00"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, old := range []string{"old1", "old2", "f00"} {
+				if err := os.WriteFile(filepath.Join(dir, old), []byte("before"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := readInto(t, dir, tt.quota, tt.entries...)
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("err = %v; want ErrTooLarge", err)
+			}
+			var got []string
+			filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+				if rel, _ := filepath.Rel(dir, path); err == nil && rel != "." {
+					got = append(got, rel)
+				}
+				return nil
+			})
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("the folder holds %q; want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -142,10 +182,23 @@ func TestWriteTarRoundTrips(t *testing.T) {
 	}
 	root, _ := os.OpenRoot(dst)
 	defer root.Close()
-	if err := readTar(&b, root, 0); err != nil {
+	if err := readTar(&b, root, agent.Quota{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(filepath.Join(dst, "l")); err != nil || string(got) != "deep" {
 		t.Fatalf("l: %q, %v", got, err)
 	}
+}
+
+// TestCopyOutKeepsHoles: tar carries a sparse file's holes as zeros;
+// the executor's copy leaves them holes again.
+func TestCopyOutKeepsHoles(t *testing.T) {
+	dir := t.TempDir()
+	body := make([]byte, 4<<20)
+	copy(body, sparsetest.Data)
+	copy(body[len(body)-4096:], sparsetest.Data)
+	if err := readInto(t, dir, agent.Quota{}, entry{name: "sparse", body: string(body)}); err != nil {
+		t.Fatal(err)
+	}
+	sparsetest.Check(t, filepath.Join(dir, "sparse"), int64(len(body)))
 }

@@ -119,7 +119,7 @@ type folderCopier struct {
 	e     *Engine
 	pod   string
 	dir   *heldFolder
-	limit int64 // CopyOut's
+	quota agent.Quota // CopyOut's, and the most a copy in carries
 
 	mu   sync.Mutex
 	last map[string]entryState // dir as the last copy left it, by relative name
@@ -183,6 +183,9 @@ func (f *folderCopier) copyIn() error {
 	if f.last != nil && maps.Equal(now, f.last) {
 		return nil
 	}
+	if err := f.fits(now); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
 	defer cancel()
 	if err := f.e.CopyIn(ctx, f.pod, dir); err != nil {
@@ -192,11 +195,33 @@ func (f *folderCopier) copyIn() error {
 	return nil
 }
 
+// fits checks, before anything is copied in, that the folder's files fit
+// the sandbox's /data: tar carries every file whole, holes as zeros, and
+// the pod writes them all.
+func (f *folderCopier) fits(entries map[string]entryState) error {
+	var size int64
+	for _, e := range entries {
+		size += e.size
+	}
+	if limit := f.quota.Bytes; limit > 0 && size > limit {
+		return fmt.Errorf("%w: the folder's files take %d bytes, each whole however sparse; /data holds %d", ErrTooLarge, size, limit)
+	}
+	return nil
+}
+
 func (f *folderCopier) copyOut(exit []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sum, unchanged := f.unchanged(exit)
-	if unchanged {
+	ex := exitOf(exit)
+	if ex.Quota != "" {
+		// Its files passed their quota, and the agent stopped the
+		// program: none of them is taken, the folder stays as the run
+		// found it (the manager removes the sandbox; were it used
+		// again, its /data would be made the folder's first).
+		f.last, f.outSum = nil, ""
+		return nil
+	}
+	if f.unchanged(ex.DataSum) {
 		return nil
 	}
 	dir, err := f.dir.path()
@@ -205,14 +230,14 @@ func (f *folderCopier) copyOut(exit []byte) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
 	defer cancel()
-	if err := f.e.CopyOut(ctx, f.pod, dir, f.limit); err != nil {
+	if err := f.e.CopyOut(ctx, f.pod, dir, f.quota); err != nil {
 		return err
 	}
 	now, err := snapshot(dir)
 	if err != nil {
 		return err
 	}
-	f.last, f.outSum = now, sum
+	f.last, f.outSum = now, ex.DataSum
 	return nil
 }
 
@@ -232,17 +257,19 @@ func (f *folderCopier) startEmpty(dir string) {
 	}
 }
 
-// unchanged returns the sum of the sandbox's /data a run's exit carries,
-// and whether it is the one the last copy out left.
-func (f *folderCopier) unchanged(exit []byte) (string, bool) {
-	var ex struct {
-		DataSum string `json:"data_sum"`
+// exitOf is a run's exit as its frame's payload says, or none (then
+// copied out, as an exit without a sum) if it does not parse.
+func exitOf(payload []byte) agent.Exit {
+	var ex agent.Exit
+	if json.Unmarshal(payload, &ex) != nil {
+		return agent.Exit{}
 	}
-	if json.Unmarshal(exit, &ex) != nil {
-		return "", false
-	}
-	return ex.DataSum, ex.DataSum != "" && ex.DataSum == f.outSum
+	return ex
 }
+
+// unchanged reports whether sum, a run's exit's, is the sum of the
+// sandbox's /data the last copy out left.
+func (f *folderCopier) unchanged(sum string) bool { return sum != "" && sum == f.outSum }
 
 // snapshot lists a folder's entries, by name relative to it, with what
 // tells them changed.

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sparse/sparsetest"
 )
 
 func frame(typ byte, payload string) []byte {
@@ -174,7 +177,7 @@ func TestCopyOutOnlyWhenDataChanged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &folderCopier{outSum: tt.outSum}
-			if _, unchanged := f.unchanged([]byte(tt.exit)); unchanged != tt.unchanged {
+			if unchanged := f.unchanged(exitOf([]byte(tt.exit)).DataSum); unchanged != tt.unchanged {
 				t.Errorf("unchanged: %v, want %v", unchanged, tt.unchanged)
 			}
 		})
@@ -216,6 +219,41 @@ func TestStartEmptySkipsTheFirstCopyIn(t *testing.T) {
 			}
 			if now, _ := snapshot(dir); maps.Equal(now, f.last) {
 				t.Fatal("a changed folder matches its start")
+			}
+		})
+	}
+}
+
+// TestCopyInLimit: a folder whose files take more than the sandbox's
+// /data may hold, a sparse file counted whole (tar carries its holes as
+// zeros, and the pod writes them), is not copied in.
+func TestCopyInLimit(t *testing.T) {
+	dir := t.TempDir()
+	sparsetest.File(t, filepath.Join(dir, "sparse"), 2<<20)
+	held, err := holdFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// No engine: a copy in that began would fail otherwise.
+	f := &folderCopier{e: &Engine{}, dir: held, quota: agent.Quota{Bytes: 1 << 20}}
+	if err := f.copyIn(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("copy in of a 2 MiB sparse file into 1 MiB: %v", err)
+	}
+}
+
+// TestCopyOutSkippedPastQuota: a run whose agent stopped it past its
+// quota has nothing copied out (the engine is not even asked), and the
+// copier no longer takes the sandbox's /data for the folder's.
+func TestCopyOutSkippedPastQuota(t *testing.T) {
+	for _, bound := range []string{agent.QuotaBytes, agent.QuotaEntries} {
+		t.Run(bound, func(t *testing.T) {
+			f := &folderCopier{last: map[string]entryState{".": {}}, outSum: "s1"}
+			if err := f.copyOut([]byte(`{"exit_code":-1,"signal":9,"quota":"` + bound + `"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if f.last != nil || f.outSum != "" {
+				t.Errorf("after: last %v, sum %q; want the next run's copy in", f.last, f.outSum)
 			}
 		})
 	}

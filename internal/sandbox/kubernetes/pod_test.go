@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -8,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
 func TestPodLocksDown(t *testing.T) {
@@ -169,5 +173,36 @@ func TestResources(t *testing.T) {
 			!r.Requests.Memory().Equal(resource.MustParse("64Mi")) || !r.Limits.Memory().Equal(resource.MustParse("64Mi")) {
 			t.Errorf("%d millicores: limits %v requests %v", tc.milli, r.Limits, r.Requests)
 		}
+	}
+}
+
+// TestPodSpecBounds: the bounds Docker sets with a container's ulimit and
+// the executor's measure reach a pod's agent in its environment, and its
+// emptyDir is the quota's size.
+func TestPodSpecBounds(t *testing.T) {
+	tests := []struct {
+		name    string
+		quota   agent.Quota
+		limits  engine.Limits
+		runtime string
+		want    map[string]string
+	}{
+		{name: "all", quota: agent.Quota{Bytes: 1 << 20, Entries: 500}, limits: engine.Limits{FileSize: 1 << 20},
+			want: map[string]string{FileSizeEnv: "1048576", QuotaBytesEnv: "1048576", QuotaFilesEnv: "500"}},
+		{name: "none", want: map[string]string{}},
+		{name: "gVisor's agent apart", quota: agent.Quota{Entries: 7}, runtime: "runsc",
+			want: map[string]string{QuotaFilesEnv: "7", "RUNBOX_USER": "1000:1000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Sandboxes{Engine: &Engine{settings: Settings{RuntimeClass: tt.runtime}}, Quota: tt.quota}
+			ps, _, err := s.podSpec(engine.Spec{Name: "n", User: "1000:1000", Limits: tt.limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(ps.Env, tt.want) || ps.DataSize != tt.quota.Bytes {
+				t.Errorf("env %v, /data %d; want %v, %d", ps.Env, ps.DataSize, tt.want, tt.quota.Bytes)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox"
 	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
@@ -61,7 +62,7 @@ func roomMemory(t *testing.T, c cluster, e *Engine, n int) int64 {
 }
 
 // TestNoRoomFailsFast: a pod the node has no room for fails its Create
-// with sandbox.ErrNoRoom as soon as the scheduler says so, and is
+// with engine.ErrNoRoom as soon as the scheduler says so, and is
 // removed; once a pod goes, the same Create succeeds.
 func TestNoRoomFailsFast(t *testing.T) {
 	c := testCluster(t)
@@ -90,7 +91,7 @@ func TestNoRoomFailsFast(t *testing.T) {
 	defer cancel()
 	begin := time.Now()
 	err := e.Create(ctx, extra)
-	if !errors.Is(err, sandbox.ErrNoRoom) {
+	if !errors.Is(err, engine.ErrNoRoom) {
 		t.Fatalf("Create beyond the node's room: %v; want ErrNoRoom", err)
 	}
 	t.Logf("no room, after %d ms: %v", time.Since(begin).Milliseconds(), err)
@@ -117,23 +118,10 @@ func TestManagerMakesRoom(t *testing.T) {
 	c := testCluster(t)
 	e := c.engine(t)
 	mem := roomMemory(t, c, e, 2)
-	eng := &Sandboxes{Engine: e, DataLimit: 64 << 20, ImageList: func(context.Context, string) ([]engine.Image, error) {
-		return []engine.Image{{Tags: []string{c.image}, Labels: map[string]string{
-			sandbox.LabelRunner: "true", sandbox.LabelLanguage: "python"}}}, nil
-	}}
-	m := sandbox.NewManager(eng, sandbox.Options{ExecutorID: "ex-room",
+	eng := &Sandboxes{Engine: e, Quota: agent.Quota{Bytes: 64 << 20}, ImageList: c.images}
+	m := manager(t, eng, sandbox.Options{ExecutorID: "ex-room",
 		Limits:  sandbox.Limits{Memory: mem, NanoCPUs: 1e9, Pids: 256},
 		MaxWarm: sandbox.WarmLimits{Default: 8}})
-	if _, err := m.Discover(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
 	run := func(conv string) {
 		t.Helper()
 		dir := filepath.Join(t.TempDir(), conv)
@@ -172,4 +160,29 @@ func TestManagerMakesRoom(t *testing.T) {
 	if pods("a") != 0 || pods("b") != 1 || pods("c") != 1 {
 		t.Errorf("pods of a, b, c: %d, %d, %d; want 0, 1, 1", pods("a"), pods("b"), pods("c"))
 	}
+}
+
+// images lists the cluster's one runner image, python's, as a runner
+// list would (Sandboxes.ImageList).
+func (c cluster) images(context.Context, string) ([]engine.Image, error) {
+	return []engine.Image{{Tags: []string{c.image}, Labels: map[string]string{
+		sandbox.LabelRunner: "true", sandbox.LabelLanguage: "python"}}}, nil
+}
+
+// manager is a sandbox manager of eng's pods, shut down when the test
+// ends.
+func manager(t *testing.T, eng *Sandboxes, opts sandbox.Options) *sandbox.Manager {
+	t.Helper()
+	m := sandbox.NewManager(eng, opts)
+	if _, err := m.Discover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return m
 }

@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/docker/go-units"
 	"k8s.io/klog/v2"
 
-	"github.com/runbox-dev/runbox/internal/sandbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 	"github.com/runbox-dev/runbox/internal/sandbox/engine"
 )
 
@@ -25,10 +26,21 @@ type Sandboxes struct {
 	// no API that lists the images its nodes hold with their labels, so
 	// they come from elsewhere (the executor's configuration).
 	ImageList func(ctx context.Context, label string) ([]engine.Image, error)
-	// DataLimit bounds what is copied out of a sandbox's /data (the
-	// conversation's quota); 0 is no bound.
-	DataLimit int64
+	// Quota bounds a sandbox's /data: its emptyDir's size (Bytes), its
+	// agent's measure as each run goes (agent.Config.Quota, which stops
+	// a program past it), and what is copied out of it. Zero values are
+	// no bound.
+	Quota agent.Quota
 }
+
+// Settings of the agent (cmd/runbox-agent) for the bounds Docker sets
+// otherwise: a container's ulimit (RLIMIT_FSIZE, engine.Limits.FileSize)
+// and the executor's measure of the folder it shares (walk mode).
+const (
+	FileSizeEnv   = "RUNBOX_FILE_SIZE"
+	QuotaBytesEnv = "RUNBOX_QUOTA_BYTES"
+	QuotaFilesEnv = "RUNBOX_QUOTA_FILES"
+)
 
 // Create starts a pod of spec and attaches to its agent. A mount at
 // /data (the executor's folder of the conversation) becomes the pod's
@@ -56,7 +68,7 @@ func (s *Sandboxes) Create(ctx context.Context, spec engine.Spec, stderr io.Writ
 	if held == nil {
 		return engine.Attached{ID: ps.Name, Stdin: st, Stdout: st, Done: st.Done(), Closer: st}, nil
 	}
-	fc := &folderCopier{e: s.Engine, pod: ps.Name, dir: held, limit: s.DataLimit}
+	fc := &folderCopier{e: s.Engine, pod: ps.Name, dir: held, quota: s.Quota}
 	fc.startEmpty(dir)
 	rw := syncFiles(st, fc)
 	return engine.Attached{ID: ps.Name, Stdin: rw, Stdout: rw, Done: st.Done(), Closer: closers{rw, st, held}}, nil
@@ -77,7 +89,7 @@ func (s *Sandboxes) podSpec(spec engine.Spec) (Spec, string, error) {
 	ps := Spec{
 		Name: podName(spec.Name), Image: spec.Image, Labels: spec.Labels,
 		Memory: spec.Limits.Memory, MilliCPU: spec.Limits.NanoCPUs / 1e6,
-		DataSize: s.DataLimit, Tmpfs: map[string]int64{},
+		DataSize: s.Quota.Bytes, Tmpfs: map[string]int64{}, Env: s.limitsEnv(spec.Limits),
 	}
 	for _, t := range spec.Tmpfs {
 		size, err := units.RAMInBytes(t.Size)
@@ -97,9 +109,21 @@ func (s *Sandboxes) podSpec(spec engine.Spec) (Spec, string, error) {
 		// gVisor: the agent apart from programs, as package docker's
 		// Runtime does it.
 		ps.Root, ps.Caps = true, agentCaps
-		ps.Env = map[string]string{"RUNBOX_USER": spec.User}
+		ps.Env["RUNBOX_USER"] = spec.User
 	}
 	return ps, dir, nil
+}
+
+// limitsEnv are the agent's settings of the bounds a pod cannot set
+// itself: no pod sets a ulimit, and no executor measures its /data.
+func (s *Sandboxes) limitsEnv(l engine.Limits) map[string]string {
+	env := map[string]string{}
+	for name, v := range map[string]int64{FileSizeEnv: l.FileSize, QuotaBytesEnv: s.Quota.Bytes, QuotaFilesEnv: int64(s.Quota.Entries)} {
+		if v > 0 {
+			env[name] = strconv.FormatInt(v, 10)
+		}
+	}
+	return env
 }
 
 // agentCaps are those of an agent apart from programs (package docker's
@@ -174,6 +198,11 @@ func (s *Sandboxes) Inspect(ctx context.Context, id string) (engine.State, error
 // Landlock: a node's kernel is not known here; gVisor has none.
 func (s *Sandboxes) Landlock() bool { return s.settings.RuntimeClass != "runsc" }
 
+// Capabilities: none beyond every engine's. A pod mounts nothing of the
+// executor's host (its files are carried in and out, egress comes over
+// its agent's stream) and takes a node's memory, not the executor's.
+func (s *Sandboxes) Capabilities() engine.Capabilities { return engine.Capabilities{} }
+
 // Open connects to the cluster of kubeconfig (in-cluster if "") and
 // returns the engine of sandbox pods in namespace under runtimeClass.
 // Sandboxes wait for their isolation from the API server (the address
@@ -211,8 +240,6 @@ func Open(ctx context.Context, kubeconfig, namespace, runtimeClass string) (*San
 
 // Close releases nothing: the engine's connections are client-go's.
 func (s *Sandboxes) Close() error { return nil }
-
-var _ sandbox.Engine = (*Sandboxes)(nil)
 
 // RouteClientLogs sends what client-go logs (through klog: a watch that
 // ended, a throttled request, a retried connection) to log, rather than

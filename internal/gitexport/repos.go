@@ -1,4 +1,4 @@
-package config
+package gitexport
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 // who the commits say made them. Nil when the file is not set.
 type Git struct {
 	// Repos are by repo_id.
-	Repos map[string]*GitRepo
+	Repos map[string]*Repo
 	// Author and Committer sign every commit; Committer defaults to Author.
 	Author, Committer Signature
 }
@@ -40,8 +40,8 @@ const (
 	ForgeGitea  = "gitea" // Forgejo too: the same API
 )
 
-// GitRepo is one repository of GIT_REPOS_FILE.
-type GitRepo struct {
+// Repo is one repository of GIT_REPOS_FILE.
+type Repo struct {
 	ID    string
 	Forge string // ForgeGitHub or ForgeGitea
 	// URL is the repository's HTTP(S) address as git clones it, without
@@ -114,10 +114,10 @@ var repoIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // maxTokenFile bounds a token_file: a token is short.
 const maxTokenFile = 4096
 
-// loadGit reads GIT_REPOS_FILE (file) with GIT_API_URL (apiURLs); known
-// are the client names tokens give. Errors are one line and never hold a
-// token.
-func loadGit(file, apiURLs string, known map[string]bool) (*Git, error) {
+// LoadGit reads GIT_REPOS_FILE (file) with GIT_API_URL (apiURLs); known
+// are the client names tokens give. Errors are one line that names its
+// variable and never holds a token.
+func LoadGit(file, apiURLs string, known map[string]bool) (*Git, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("config: GIT_REPOS_FILE: %w", err)
@@ -132,7 +132,7 @@ func loadGit(file, apiURLs string, known map[string]bool) (*Git, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Git{Repos: map[string]*GitRepo{}, Author: DefaultSignature}
+	g := &Git{Repos: map[string]*Repo{}, Author: DefaultSignature}
 	if f.Author != nil {
 		if g.Author, err = signature("author", *f.Author); err != nil {
 			return nil, err
@@ -148,7 +148,7 @@ func loadGit(file, apiURLs string, known map[string]bool) (*Git, error) {
 		return nil, fmt.Errorf("config: GIT_REPOS_FILE %s lists no repos", file)
 	}
 	for id, e := range f.Repos {
-		r, err := gitRepo(id, e, apis, known)
+		r, err := loadRepo(id, e, apis, known)
 		if err != nil {
 			return nil, fmt.Errorf("config: GIT_REPOS_FILE: repo %q: %w", cut(id), err)
 		}
@@ -157,11 +157,11 @@ func loadGit(file, apiURLs string, known map[string]bool) (*Git, error) {
 	return g, nil
 }
 
-func gitRepo(id string, e gitFileEntry, apis map[string]string, known map[string]bool) (*GitRepo, error) {
+func loadRepo(id string, e gitFileEntry, apis map[string]string, known map[string]bool) (*Repo, error) {
 	if !repoIDPattern.MatchString(id) {
 		return nil, fmt.Errorf("the id must be 1 to 64 letters, digits, '.', '_' or '-'")
 	}
-	r := &GitRepo{ID: id, BaseBranch: cmp.Or(e.BaseBranch, "main"), AllowedBranches: e.AllowedBranches}
+	r := &Repo{ID: id, BaseBranch: cmp.Or(e.BaseBranch, "main"), AllowedBranches: e.AllowedBranches}
 	switch strings.ToLower(e.Forge) {
 	case ForgeGitHub:
 		r.Forge = ForgeGitHub

@@ -1,4 +1,4 @@
-package config
+package gitexport
 
 import (
 	"bytes"
@@ -46,14 +46,10 @@ repos:
     token: `+gitToken+`
     clients: [bob]
 `)
-	c, err := FromEnv(env(map[string]string{
-		"MCP_API_TOKENS": "alice:alice-token,bob:bob-token-0",
-		"GIT_REPOS_FILE": file,
-	}))
+	g, err := LoadGit(file, "", map[string]bool{"alice": true, "bob": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := c.Git
 	if g.Author != (Signature{"Runbox Bot", "bot@example.com"}) || g.Committer != g.Author {
 		t.Errorf("signatures %+v %+v", g.Author, g.Committer)
 	}
@@ -87,21 +83,18 @@ repos:
 		"http://127.0.0.1:9/api/v1/": {"http://127.0.0.1:9/", "http://127.0.0.1:9/"},
 		"github=https://gh.example.com/api/v3,gitea=http://localhost:8/api/v1": {"https://gh.example.com/api/v3/", "http://localhost:8/"},
 	} {
-		c, err := FromEnv(env(map[string]string{"GIT_REPOS_FILE": file, "GIT_API_URL": v}))
+		g, err := LoadGit(file, v, map[string]bool{"default": true})
 		if err != nil {
 			t.Fatalf("GIT_API_URL=%q: %v", v, err)
 		}
-		if got := [2]string{c.Git.Repos["a"].APIURL, c.Git.Repos["b"].APIURL}; got != want {
+		if got := [2]string{g.Repos["a"].APIURL, g.Repos["b"].APIURL}; got != want {
 			t.Errorf("GIT_API_URL=%q: %v, want %v", v, got, want)
 		}
 	}
 	for _, bad := range []string{"ftp://x", "github=", "svn=https://x", "http://remote.example.com/api"} {
-		if _, err := FromEnv(env(map[string]string{"GIT_REPOS_FILE": file, "GIT_API_URL": bad})); err == nil || !strings.Contains(err.Error(), "GIT_API_URL") {
+		if _, err := LoadGit(file, bad, map[string]bool{"default": true}); err == nil || !strings.Contains(err.Error(), "GIT_API_URL") {
 			t.Errorf("GIT_API_URL=%q: %v", bad, err)
 		}
-	}
-	if _, err := FromEnv(env(map[string]string{"GIT_API_URL": "https://x.example.com/"})); err == nil {
-		t.Error("GIT_API_URL without GIT_REPOS_FILE was accepted")
 	}
 }
 
@@ -134,7 +127,7 @@ func TestGitReposFileErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := writeFile(t, "repos.yaml", tt.body)
-			_, err := FromEnv(env(map[string]string{"MCP_API_TOKENS": "alice:alice-token", "GIT_REPOS_FILE": file}))
+			_, err := LoadGit(file, "", map[string]bool{"alice": true})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one saying %q", err, tt.want)
 			}
@@ -148,7 +141,7 @@ func TestGitReposFileErrors(t *testing.T) {
 // TestSecretNeverPrints: however a token is printed, logged or encoded,
 // what comes out is "[redacted]".
 func TestSecretNeverPrints(t *testing.T) {
-	r := &GitRepo{ID: "r", Token: Secret(gitToken)}
+	r := &Repo{ID: "r", Token: Secret(gitToken)}
 	var logged bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logged, nil)).Info("repo", "repo", r, "token", r.Token)
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("repo", "token", r.Token)
