@@ -3,7 +3,7 @@ GO ?= go
 # The S3 server the file-store tests run against (Apache-2.0).
 VERSITYGW ?= v1.8.0
 
-.PHONY: run test test-e2e-kubernetes build images deploy-images k8s-images deps test-deps versitygw vet bench clean generate
+.PHONY: run test test-e2e-kubernetes build images deploy-images k8s-images deps test-deps versitygw vet bench clean generate e2b-sdk-tests
 
 ## run: build what is missing and start the service on the embedded default
 run: deps images build
@@ -98,9 +98,27 @@ versitygw:
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW)
 
 ## generate: docs/openapi.yaml and the REST client generated from it
-## (internal/api/apiclient), from the api's route table
+## (internal/api/apiclient), from the api's route table; the E2B control
+## plane's client (internal/e2b/e2bclient) from docs/e2b-openapi.yaml; the
+## E2B daemon's services (internal/e2b/envdpb) from internal/e2b/proto
 generate:
-	$(GO) generate ./internal/api
+	$(GO) generate ./internal/api ./internal/e2b ./internal/e2b/envdpb
+
+# E2B's own tests of its Python SDK that docs/e2b.md reports, and the
+# Python that runs them (Debian's, which sees Debian's packages).
+E2B_PYTHON ?= /usr/bin/python3
+E2B_SDK_TESTS = tests/sync/sandbox_sync/commands tests/sync/sandbox_sync/files tests/sync/sandbox_sync/pty \
+	tests/sync/sandbox_sync/test_create.py tests/sync/sandbox_sync/test_kill.py \
+	tests/sync/sandbox_sync/test_connect.py tests/sync/sandbox_sync/test_timeout.py tests/sync/api_sync
+
+## e2b-sdk-tests: run E2B's own SDK tests (docs/e2b.md) from a checkout of
+## its Python SDK against a started service: make e2b-sdk-tests
+## E2B_SDK=<E2B>/packages/python-sdk E2B_BASE=http://localhost:8080
+## E2B_API_KEY=<token> (with the SDK importable: PYTHONPATH, docs/e2b.md)
+e2b-sdk-tests:
+	@test -n "$(E2B_SDK)" -a -n "$(E2B_BASE)" -a -n "$(E2B_API_KEY)" || { echo "set E2B_SDK, E2B_BASE and E2B_API_KEY"; exit 2; }
+	cd $(E2B_SDK) && E2B_API_URL=$(E2B_BASE)/e2b E2B_SANDBOX_URL=$(E2B_BASE)/e2b E2B_API_KEY=$(E2B_API_KEY) \
+		E2B_VALIDATE_API_KEY=false $(E2B_PYTHON) -m pytest -p no:cacheprovider -rA -q $(E2B_SDK_TESTS)
 
 vet:
 	$(GO) vet ./...

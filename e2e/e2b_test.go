@@ -192,6 +192,7 @@ func TestE2B(t *testing.T) {
 	t.Run("traversal", func(t *testing.T) { e2bTraversal(t, s, alice, sb) })
 	t.Run("pty flood", func(t *testing.T) { e2bFlood(t, s, sb) })
 	t.Run("timeouts", func(t *testing.T) { e2bTimeouts(t, alice, short, paused.SandboxID) })
+	t.Run("auto resume", func(t *testing.T) { e2bAutoResume(t, s, alice) })
 	t.Run("lifecycle", func(t *testing.T) { e2bLifecycle(t, alice, sb) })
 }
 
@@ -760,6 +761,28 @@ func e2bTimeouts(t *testing.T, alice *e2bAPI, short *e2bSandbox, paused string) 
 	}
 	if _, _, _, err := short.run(t, "id", nil, nil); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("a call to a killed sandbox: %v", err)
+	}
+}
+
+// e2bAutoResume: a paused sandbox that asked to be resumed by traffic is,
+// by the next call to it.
+func e2bAutoResume(t *testing.T, s *service, alice *e2bAPI) {
+	yes, timeout := true, int32(60)
+	created, code := alice.create(e2bclient.NewSandbox{TemplateID: "base", Timeout: &timeout, AutoPause: &yes,
+		AutoResume: &e2bclient.SandboxAutoResumeConfig{Enabled: true}})
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	ctx := e2bCtx(t)
+	if p, _ := alice.c.PauseSandboxWithResponse(ctx, created.SandboxID, e2bclient.SandboxPauseRequest{}); p.StatusCode() != http.StatusNoContent {
+		t.Fatalf("pause: %d", p.StatusCode())
+	}
+	sb := s.e2bSandbox(created.SandboxID, *created.EnvdAccessToken, "", 49983)
+	if out := sb.mustRun(t, "echo resumed"); out != "resumed\n" {
+		t.Errorf("a call to a paused sandbox with autoResume: %q", out)
+	}
+	if g, _ := alice.c.GetSandboxWithResponse(ctx, created.SandboxID); g.StatusCode() != http.StatusOK || g.JSON200.State != e2bclient.Running {
+		t.Errorf("after the call: %d", g.StatusCode())
 	}
 }
 
