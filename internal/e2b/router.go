@@ -87,10 +87,6 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	defer release()
-	if err := h.svc.runs.AllowCall(r.Context()); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
 	sb, ok = h.running(w, r, sb)
 	if !ok {
 		return
