@@ -537,6 +537,16 @@ func e2bAnotherClient(t *testing.T, s *service, alice, bob *e2bAPI, sb *e2bSandb
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("no API key: %v %v", resp, err)
 	}
+	// A page elsewhere, even with the key and a sandbox's token, is refused
+	// by the origin check before anything else.
+	req, _ = http.NewRequest(http.MethodGet, s.url+"/e2b/files?path=dir/a.txt", nil)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("X-API-Key", aliceToken)
+	req.Header.Set("E2b-Sandbox-Id", sb.id)
+	req.Header.Set("X-Access-Token", sb.access)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("from another origin: %v %v", resp, err)
+	}
 }
 
 // e2bTokens: a sandbox call without the sandbox's own access token — none,
