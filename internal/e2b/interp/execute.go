@@ -213,7 +213,12 @@ func (d *demuxer) feed(p []byte) {
 		}
 		at := bytes.Index(buf, d.marker)
 		if at >= 0 {
+			// What came before the marked line goes first.
 			out.Write(buf[:at])
+			if out.Len() > 0 {
+				d.stdout(out.String())
+				out.Reset()
+			}
 			d.inLine, buf = true, buf[at+len(d.marker):]
 			continue
 		}

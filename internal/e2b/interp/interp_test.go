@@ -3,6 +3,7 @@ package interp
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,9 +19,9 @@ func TestDemuxer(t *testing.T) {
 		"\n\x1eRBXother:{\"type\":\"error\"}\n\x1eRB"
 	for _, size := range []int{1, 2, 3, 7, 13, len(stream)} {
 		var out strings.Builder
-		var marked []string
-		d := &demuxer{marker: []byte(marker), stdout: func(s string) { out.WriteString(s) },
-			marked: func(b []byte) { marked = append(marked, string(b)) }}
+		var marked, order []string
+		d := &demuxer{marker: []byte(marker), stdout: func(s string) { out.WriteString(s); order = append(order, "out") },
+			marked: func(b []byte) { marked = append(marked, string(b)); order = append(order, "marked") }}
 		for i := 0; i < len(stream); i += size {
 			d.feed([]byte(stream[i:min(i+size, len(stream))]))
 		}
@@ -30,6 +31,10 @@ func TestDemuxer(t *testing.T) {
 		}
 		if len(marked) != 2 || !strings.Contains(marked[0], `"42"`) || !strings.Contains(marked[1], "execution_count") {
 			t.Errorf("chunks of %d: marked %q", size, marked)
+		}
+		// Output before a marked line is handed on before it.
+		if first := slices.Index(order, "marked"); first < 0 || !slices.Contains(order[:first], "out") {
+			t.Errorf("chunks of %d: in the order %v", size, order)
 		}
 	}
 }
