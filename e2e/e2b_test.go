@@ -509,6 +509,35 @@ func e2bInterpreter(t *testing.T, sb *e2bSandbox) {
 	if code, _ := sb.execute(t, map[string]any{"code": "x"}, "forged", "X-Access-Token"); code != http.StatusUnauthorized {
 		t.Errorf("a forged token: %d", code)
 	}
+	contexts := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, sb.s.url+"/e2b"+path, nil)
+		req.Header.Set("E2b-Sandbox-Id", sb.id)
+		req.Header.Set("E2b-Sandbox-Port", "49999")
+		req.Header.Set("E2B-Traffic-Access-Token", sb.traffic)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := contexts(http.MethodGet, "/contexts"); code != http.StatusOK || !strings.Contains(body, c.ID) || !strings.Contains(body, `"javascript"`) {
+		t.Errorf("contexts: %d %s", code, body)
+	}
+	sb.execute(t, map[string]any{"code": "y = 1", "context_id": c.ID}, sb.access, "X-Access-Token")
+	if code, _ := contexts(http.MethodPost, "/contexts/"+c.ID+"/restart"); code != http.StatusOK {
+		t.Errorf("restart: %d", code)
+	}
+	if _, lines := sb.execute(t, map[string]any{"code": "y", "context_id": c.ID}, sb.access, "X-Access-Token"); !strings.Contains(kinds(lines), "NameError") {
+		t.Errorf("a restarted context kept its variables: %s", kinds(lines))
+	}
+	if code, _ := contexts(http.MethodDelete, "/contexts/"+c.ID); code != http.StatusOK {
+		t.Errorf("remove: %d", code)
+	}
+	if code, _ := sb.execute(t, map[string]any{"code": "1", "context_id": c.ID}, sb.access, "X-Access-Token"); code != http.StatusNotFound {
+		t.Errorf("a removed context: %d", code)
+	}
 }
 
 // e2bAnotherClient: another client's sandbox is not found on the control
@@ -822,6 +851,20 @@ func e2bLifecycle(t *testing.T, alice *e2bAPI, sb *e2bSandbox) {
 		(*m.JSON200)[0].MemUsed <= 0 || (*m.JSON200)[0].DiskTotal <= 0 {
 		t.Errorf("metrics: %d %v", m.StatusCode(), m.JSON200)
 	}
+	if m, _ := alice.c.GetSandboxesMetricsWithResponse(ctx, &e2bclient.GetSandboxesMetricsParams{SandboxIds: []string{sb.id, "nosuchsandboxxxxxxxx"}}); m.StatusCode() != http.StatusOK ||
+		len(m.JSON200.Sandboxes) != 1 || m.JSON200.Sandboxes[sb.id].MemTotal <= 0 {
+		t.Errorf("metrics of many: %d %v", m.StatusCode(), m.JSON200)
+	}
+	if r, _ := alice.c.ListRunningSandboxesWithResponse(ctx, &e2bclient.ListRunningSandboxesParams{Metadata: &md}); r.StatusCode() != http.StatusOK ||
+		len(*r.JSON200) != 1 || (*r.JSON200)[0].SandboxID != sb.id {
+		t.Errorf("the running ones: %d %v", r.StatusCode(), r.JSON200)
+	}
+	if r, _ := alice.c.ResumeSandboxWithResponse(ctx, sb.id, e2bclient.ResumedSandbox{}); r.StatusCode() != http.StatusConflict {
+		t.Errorf("resume a running sandbox: %d", r.StatusCode())
+	}
+	if resp, err := sb.http.Get(sb.s.url + "/e2b/health"); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Errorf("the daemon's health: %v %v", resp, err)
+	}
 	if p, _ := alice.c.PauseSandboxWithResponse(ctx, sb.id, e2bclient.SandboxPauseRequest{}); p.StatusCode() != http.StatusNoContent {
 		t.Fatalf("pause: %d", p.StatusCode())
 	}
@@ -830,6 +873,13 @@ func e2bLifecycle(t *testing.T, alice *e2bAPI, sb *e2bSandbox) {
 	}
 	if _, _, _, err := sb.run(t, "id", nil, nil); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("a call to a paused sandbox: %v", err)
+	}
+	sixty := int32(60)
+	if c, _ := alice.c.ResumeSandboxWithResponse(ctx, sb.id, e2bclient.ResumedSandbox{Timeout: &sixty}); c.StatusCode() != http.StatusCreated {
+		t.Fatalf("resume a paused sandbox: %d", c.StatusCode())
+	}
+	if p, _ := alice.c.PauseSandboxWithResponse(ctx, sb.id, e2bclient.SandboxPauseRequest{}); p.StatusCode() != http.StatusNoContent {
+		t.Fatalf("pause again: %d", p.StatusCode())
 	}
 	if c, _ := alice.c.ConnectSandboxWithResponse(ctx, sb.id, e2bclient.ConnectSandbox{Timeout: 60}); c.StatusCode() != http.StatusCreated {
 		t.Fatalf("connect to a paused sandbox: %d", c.StatusCode())
