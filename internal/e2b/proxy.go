@@ -75,10 +75,23 @@ func (t *targets) find(ctx context.Context, sb runbox.E2BSandbox) (target, error
 	}
 	tg = target{executor: owner, sandboxes: sandboxes, at: now}
 	t.mu.Lock()
+	if len(t.m) >= maxTargets {
+		// Sandboxes that ended without a word here (their conversation
+		// closed by runbox's own tools) leave their targets: old ones go.
+		for id, old := range t.m {
+			if now.Sub(old.at) >= targetTTL {
+				delete(t.m, id)
+			}
+		}
+	}
 	t.m[sb.ID] = tg
 	t.mu.Unlock()
 	return tg, nil
 }
+
+// maxTargets is how many targets are kept before the old ones are
+// dropped.
+const maxTargets = 10000
 
 func (t *targets) forget(id string) {
 	t.mu.Lock()
